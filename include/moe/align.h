@@ -1,0 +1,42 @@
+// Block-aligned grouping of (token, expert) pairs, as vLLM's moe_align_block_size.
+//
+// Pair p = t * k + j is slot j of token t. sorted_pair_ids lists the pair ids grouped by expert
+// (ascending expert id, ascending pair id inside a group), each group padded with the sentinel
+// M * k up to a multiple of block_m. expert_ids holds one expert per block of block_m entries:
+// the local id from expert_map, or -1 where the expert is not local (its blocks are skipped by the
+// experts kernels). Experts with no pairs get no block.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "moe/tensor.h"
+
+namespace moe {
+
+struct AlignedPairs {
+  int64_t block_m = 0;
+  int64_t num_pairs_post_padded = 0;     // = sorted_pair_ids.size()
+  std::vector<int32_t> sorted_pair_ids;  // [num_pairs_post_padded]
+  std::vector<int32_t> expert_ids;       // [num_pairs_post_padded / block_m]
+};
+
+// topk_ids [M, k] int32 with ids in [0, num_experts); expert_map, if given, [num_experts] int32
+// with a local id or -1 per expert. Throws moe::Error on bad ids, sizes or block_m < 1.
+AlignedPairs align_block_size(const TensorView& topk_ids, int64_t num_experts, int64_t block_m,
+                              const TensorView& expert_map = {});
+
+// vLLM skips the sort for tiny batches (M * k * 4 <= E, no expert map): most experts then get
+// at most one pair, so sorting buys nothing.
+bool use_tiny_batch_path(int64_t num_tokens, int64_t top_k, int64_t num_experts,
+                         bool has_expert_map);
+
+// The tiny-batch layout: block_m = 1, pair i alone in block i, expert_ids = topk_ids flattened.
+AlignedPairs align_tiny_batch(const TensorView& topk_ids, int64_t num_experts);
+
+// Upper bound of num_pairs_post_padded, for sizing buffers once.
+inline int64_t max_num_pairs_post_padded(int64_t num_pairs, int64_t num_experts, int64_t block_m) {
+  return num_pairs + num_experts * (block_m - 1);
+}
+
+}  // namespace moe
