@@ -22,7 +22,8 @@ struct AlignedPairs {
 };
 
 // topk_ids [M, k] int32 with ids in [0, num_experts); expert_map, if given, [num_experts] int32
-// with a local id or -1 per expert. Throws moe::Error on bad ids, sizes or block_m < 1.
+// with a local id or -1 per expert. Throws moe::Error on bad ids (checked in release builds too),
+// sizes, block_m < 1, or a padded layout too large for int32 offsets.
 AlignedPairs align_block_size(const TensorView& topk_ids, int64_t num_experts, int64_t block_m,
                               const TensorView& expert_map = {});
 
