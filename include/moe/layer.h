@@ -1,0 +1,75 @@
+// MoeLayer: router + expert weights + experts kernel, with a workspace reused across calls,
+// stage timers and per-expert counts recorded on every call.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "moe/backend.h"
+#include "moe/config.h"
+#include "moe/experts.h"
+#include "moe/tensor.h"
+
+namespace moe {
+
+// The weights of one MoE layer in the engine's layout. Optional tensors stay undefined when the
+// config does not use them.
+struct LayerWeights {
+  Tensor router;           // [E, H]
+  Tensor router_bias;      // [E] f32, when routing.has_router_bias
+  Tensor correction_bias;  // [E] f32, when routing.has_correction_bias
+  Tensor w13;              // [E, 2I, H]: gate rows, then up rows
+  Tensor w2;               // [E, H, I]
+  Tensor w13_bias;         // [E, 2I] f32, when experts.has_bias
+  Tensor w2_bias;          // [E, H] f32, when experts.has_bias
+  Tensor shared_w13;       // [2 Is, H], when experts.shared_intermediate_size > 0
+  Tensor shared_w2;        // [H, Is]
+  Tensor shared_gate;      // [1, H], when experts.shared_gate
+
+  int64_t nbytes() const;  // bytes of all weights
+};
+
+// Deterministic synthetic weights for `config` in `dtype`, scaled like a trained model: each
+// projection keeps activations of order one, router logits have unit spread. The same seed gives
+// the same weights on every machine and thread count.
+LayerWeights synthetic_layer_weights(const MoeConfig& config, DType dtype, uint64_t seed);
+
+struct LayerOptions {
+  Backend backend = Backend::kAuto;
+  int num_threads = 0;  // 0 = all hardware threads
+  int64_t block_m = 0;  // 0 = the backend's choice
+};
+
+class MoeLayer {
+ public:
+  // Checks every weight against the config; throws moe::Error naming the first mismatch.
+  MoeLayer(MoeConfig config, LayerWeights weights, LayerOptions options = {});
+  ~MoeLayer();
+  MoeLayer(MoeLayer&&) noexcept;
+  MoeLayer& operator=(MoeLayer&&) noexcept;
+
+  // hidden [M, H] f32/bf16/f16 -> out [M, H] of the same dtype.
+  void forward(const TensorView& hidden, const TensorView& out);
+  Tensor forward(const TensorView& hidden);
+
+  const MoeConfig& config() const { return config_; }
+  const LayerWeights& weights() const { return weights_; }
+  const LayerOptions& options() const { return options_; }
+
+  // What the last forward did.
+  const StageTimes& last_stage_times() const { return times_; }
+  TensorView last_topk_ids() const;       // [M, k] int32
+  TensorView last_topk_weights() const;   // [M, k] f32
+  TensorView last_expert_counts() const;  // [E] int32: pairs per expert
+
+ private:
+  struct State;
+  MoeConfig config_;
+  LayerWeights weights_;
+  LayerOptions options_;
+  StageTimes times_;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace moe

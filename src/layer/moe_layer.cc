@@ -1,0 +1,183 @@
+// MoeLayer: route, then the experts, over buffers that live as long as the layer.
+#include "moe/layer.h"
+
+#include <chrono>
+
+#include "kernels/cpu/fused_experts.h"
+#include "kernels/reference/experts.h"
+#include "moe/error.h"
+#include "moe/routing.h"
+#include "ops/experts_validation.h"
+
+namespace moe {
+
+struct MoeLayer::State {
+  ValidatedExperts experts;  // weights checked once; the batch fields are set per call
+  cpu::ExpertsWorkspace workspace;
+  std::vector<int32_t> topk_ids;       // [M, k]
+  std::vector<float> topk_weights;     // [M, k]
+  std::vector<int32_t> expert_counts;  // [E]
+  int64_t num_tokens = 0;
+};
+
+int64_t LayerWeights::nbytes() const {
+  int64_t total = 0;
+  for (const Tensor* t : {&router, &router_bias, &correction_bias, &w13, &w2, &w13_bias,
+                          &w2_bias, &shared_w13, &shared_w2, &shared_gate}) {
+    if (t->defined()) total += static_cast<int64_t>(t->nbytes());
+  }
+  return total;
+}
+
+namespace {
+
+void check_optional(const Tensor& t, bool wanted, const char* name, const char* why) {
+  if (wanted && !t.defined()) fail("layer weights: {} is missing; the config has {}", name, why);
+  if (!wanted && t.defined()) fail("layer weights: {} is given but the config has no {}", name, why);
+}
+
+ExpertsOptions experts_options(const MoeConfig& config, const LayerWeights& w,
+                               const LayerOptions& options) {
+  ExpertsOptions o;
+  o.activation = config.experts.activation;
+  o.swiglu_alpha = config.experts.swiglu_alpha;
+  o.swiglu_limit = config.experts.swiglu_limit;
+  o.apply_router_weight_on_input = config.routing.apply_weight_on_input;
+  if (w.w13_bias.defined()) o.w13_bias = w.w13_bias;
+  if (w.w2_bias.defined()) o.w2_bias = w.w2_bias;
+  if (w.shared_w13.defined()) {
+    o.shared.w13 = w.shared_w13;
+    o.shared.w2 = w.shared_w2;
+    if (w.shared_gate.defined()) o.shared.gate = w.shared_gate;
+  }
+  o.block_m = options.block_m;
+  o.backend = options.backend;
+  o.num_threads = options.num_threads;
+  return o;
+}
+
+// Validates the weights through the same checks as fused_experts, on an empty batch.
+ValidatedExperts validate_weights(const MoeConfig& config, const LayerWeights& w,
+                                  const LayerOptions& options) {
+  const RoutingConfig& r = config.routing;
+  const ExpertsConfig& x = config.experts;
+  if (!w.router.defined()) fail("layer weights: router is missing");
+  check_shape(w.router, "router", {r.num_experts, x.hidden_size});
+  check_optional(w.router_bias, r.has_router_bias, "router_bias", "a router bias");
+  check_optional(w.correction_bias, r.has_correction_bias, "correction_bias",
+                 "a correction bias");
+  check_optional(w.w13_bias, x.has_bias, "w13_bias", "expert biases");
+  check_optional(w.w2_bias, x.has_bias, "w2_bias", "expert biases");
+  check_optional(w.shared_w13, x.shared_intermediate_size > 0, "shared_w13", "shared experts");
+  check_optional(w.shared_gate, x.shared_gate, "shared_gate", "a shared-expert gate");
+  if (!w.w13.defined() || !w.w2.defined()) fail("layer weights: w13 and w2 are required");
+  check_shape(w.w13, "w13", {r.num_experts, 2 * x.intermediate_size, x.hidden_size});
+  if (w.shared_w13.defined()) {
+    check_shape(w.shared_w13, "shared_w13", {2 * x.shared_intermediate_size, x.hidden_size});
+  }
+
+  const TensorView no_hidden(nullptr, w.w13.dtype(), {0, x.hidden_size});
+  const TensorView no_ids(nullptr, DType::kI32, {0, r.top_k});
+  const TensorView no_weights(nullptr, DType::kF32, {0, r.top_k});
+  return validate_experts(no_hidden, w.w13, w.w2, no_weights, no_ids, no_hidden,
+                          experts_options(config, w, options));
+}
+
+double microseconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
+      .count();
+}
+
+}  // namespace
+
+MoeLayer::MoeLayer(MoeConfig config, LayerWeights weights, LayerOptions options)
+    : config_(std::move(config)), weights_(std::move(weights)), options_(options) {
+  validate(config_);
+  state_ = std::make_unique<State>();
+  state_->experts = validate_weights(config_, weights_, options_);
+  state_->expert_counts.assign(static_cast<size_t>(config_.routing.num_experts), 0);
+}
+
+MoeLayer::~MoeLayer() = default;
+MoeLayer::MoeLayer(MoeLayer&&) noexcept = default;
+MoeLayer& MoeLayer::operator=(MoeLayer&&) noexcept = default;
+
+void MoeLayer::forward(const TensorView& hidden, const TensorView& out) {
+  const int64_t H = config_.experts.hidden_size, k = config_.routing.top_k;
+  check_device(hidden, "hidden", Device::kCpu);
+  check_contiguous(hidden, "hidden");
+  check_rank(hidden, "hidden", 2);
+  check_dtype(hidden, "hidden", {DType::kF32, DType::kBF16, DType::kF16});
+  if (hidden.size(1) != H) {
+    fail("hidden: expected [M, {}] (the layer's hidden size); got {}", H,
+         shape_string(hidden.shape));
+  }
+  check_device(out, "out", Device::kCpu);
+  check_contiguous(out, "out");
+  check_dtype(out, "out", {hidden.dtype});
+  check_shape(out, "out", hidden.shape);
+
+  State& s = *state_;
+  const int64_t M = hidden.size(0);
+  s.num_tokens = M;
+  if (static_cast<int64_t>(s.topk_ids.size()) < M * k) {
+    s.topk_ids.resize(static_cast<size_t>(M * k));
+    s.topk_weights.resize(static_cast<size_t>(M * k));
+  }
+  times_ = StageTimes{};
+
+  const auto route_start = std::chrono::steady_clock::now();
+  RoutingInputs inputs;
+  if (weights_.correction_bias.defined()) inputs.correction_bias = weights_.correction_bias;
+  if (weights_.router_bias.defined()) inputs.router_bias = weights_.router_bias;
+  route(config_.routing, hidden, weights_.router, inputs, last_topk_ids(), last_topk_weights(),
+        last_expert_counts(), options_.backend, options_.num_threads);
+  times_.route_us = microseconds_since(route_start);
+
+  ExpertsProblem problem = s.experts.problem;
+  problem.num_tokens = M;
+  problem.hidden = hidden.data;
+  problem.hidden_dtype = hidden.dtype;
+  problem.topk_ids = s.topk_ids.data();
+  problem.topk_weights = s.topk_weights.data();
+  problem.out = out.data;
+  switch (options_.backend) {
+    case Backend::kReference: {
+      // The reference does not split its stages; its whole experts time is reported as gemm1.
+      const auto start = std::chrono::steady_clock::now();
+      reference::fused_experts(problem);
+      times_.gemm1_us = microseconds_since(start);
+      return;
+    }
+    case Backend::kAuto:
+    case Backend::kCpu: {
+      const int64_t block_m = options_.block_m > 0 ? options_.block_m : cpu::kDefaultBlockM;
+      cpu::fused_experts(problem, block_m, s.workspace, options_.num_threads, &times_);
+      return;
+    }
+  }
+  fail("MoeLayer: unsupported backend {}", static_cast<int>(options_.backend));
+}
+
+Tensor MoeLayer::forward(const TensorView& hidden) {
+  check_rank(hidden, "hidden", 2);
+  Tensor out(hidden.dtype, hidden.shape);
+  forward(hidden, out);
+  return out;
+}
+
+TensorView MoeLayer::last_topk_ids() const {
+  return TensorView(state_->topk_ids.data(), DType::kI32,
+                    {state_->num_tokens, config_.routing.top_k});
+}
+
+TensorView MoeLayer::last_topk_weights() const {
+  return TensorView(state_->topk_weights.data(), DType::kF32,
+                    {state_->num_tokens, config_.routing.top_k});
+}
+
+TensorView MoeLayer::last_expert_counts() const {
+  return TensorView(state_->expert_counts.data(), DType::kI32, {config_.routing.num_experts});
+}
+
+}  // namespace moe

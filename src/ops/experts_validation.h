@@ -1,0 +1,24 @@
+// Argument checks of fused_experts, shared by the public function and MoeLayer (which checks
+// its weights once at construction and the batch on every call).
+#pragma once
+
+#include "kernels/experts_problem.h"
+#include "moe/experts.h"
+#include "moe/tensor.h"
+
+namespace moe {
+
+struct ValidatedExperts {
+  ExpertsProblem problem;
+  // f32 copies of biases given in another dtype; problem points into them.
+  Tensor w13_bias_f32;
+  Tensor w2_bias_f32;
+};
+
+// Throws moe::Error naming the first bad argument; otherwise returns the problem to run.
+ValidatedExperts validate_experts(const TensorView& hidden, const TensorView& w13,
+                                  const TensorView& w2, const TensorView& topk_weights,
+                                  const TensorView& topk_ids, const TensorView& out,
+                                  const ExpertsOptions& options);
+
+}  // namespace moe

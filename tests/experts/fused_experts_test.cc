@@ -1,0 +1,241 @@
+// Every experts backend against the reference backend on random problems, plus the properties
+// a user relies on: thread-count independence, isolation of bad tokens, clear errors.
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "common/random_tensors.h"
+#include "experts/experts_case.h"
+#include "moe/error.h"
+#include "moe/experts.h"
+
+namespace moe::testing {
+namespace {
+
+// Normwise bounds: max |got - ref| / max |ref| over the output.
+// f32: every output element is a sum of H products then I products, accumulated in f32 with a
+// fixed order; with these sizes (< 200) the rounding error is a few hundred ulps of the largest
+// partial sum at worst, far below 1e-5 of the output's magnitude.
+// bf16/f16 out: the result is rounded once to 8 (bf16) or 11 (f16) significant bits, a relative
+// error of at most 2^-9 (bf16) of the element, hence of max |ref|; intermediates stay f32.
+double tolerance(DType out_dtype) {
+  switch (out_dtype) {
+    case DType::kF32:
+      return 1e-5;
+    case DType::kBF16:
+      return 1e-2;
+    case DType::kF16:
+      return 2e-3;
+    case DType::kI32:
+      break;
+  }
+  return 0;
+}
+
+void expect_matches_reference(const ExpertsCase& c, Backend backend, int num_threads = 0) {
+  SCOPED_TRACE(c.describe() + " backend=" + std::string(backend_name(backend)));
+  const ExpertsInputs in = make_inputs(c);
+  const Tensor expected = run_reference_f32(in);
+  const Tensor got = run_backend(in, backend, num_threads);
+  const Comparison cmp = compare(got, expected);
+  EXPECT_FALSE(cmp.nan_mismatch) << cmp.describe();
+  EXPECT_LE(cmp.max_rel_error, tolerance(c.dtype)) << cmp.describe();
+}
+
+std::vector<ExpertsCase> random_cases() {
+  std::vector<ExpertsCase> cases;
+  uint64_t seed = 100;
+  const int64_t token_counts[] = {0, 1, 2, 3, 5, 12, 31, 64};
+  const int64_t expert_counts[] = {1, 3, 7, 8, 33};
+  const DType dtypes[] = {DType::kF32, DType::kBF16, DType::kF16};
+  for (int64_t M : token_counts) {
+    for (int64_t E : expert_counts) {
+      ExpertsCase c;
+      c.num_tokens = M;
+      c.num_experts = E;
+      c.top_k = std::min<int64_t>(E, 1 + static_cast<int64_t>(seed % 4));
+      c.hidden_size = 15 + static_cast<int64_t>(seed * 7 % 50);  // not multiples of 16
+      c.intermediate_size = 9 + static_cast<int64_t>(seed * 11 % 40);
+      c.dtype = dtypes[seed % 3];
+      c.weight_dtype = dtypes[(seed / 3) % 3];
+      c.activation = static_cast<Activation>(seed % 4);
+      c.routing = static_cast<Routing>(seed % 3);
+      c.biases = seed % 5 == 0;
+      c.expert_map = E > 2 && seed % 4 == 1;
+      c.shared_intermediate_size = seed % 3 == 0 ? 13 : 0;
+      c.shared_gate = seed % 2 == 0;
+      c.weight_on_input = c.top_k == 1 && seed % 2 == 1;
+      const int64_t block_sizes[] = {0, 1, 4, 16};
+      c.block_m = block_sizes[seed % 4];
+      c.seed = seed++;
+      cases.push_back(c);
+    }
+  }
+  return cases;
+}
+
+TEST(FusedExperts, CpuMatchesReferenceOnRandomProblems) {
+  for (const ExpertsCase& c : random_cases()) expect_matches_reference(c, Backend::kCpu);
+}
+
+TEST(FusedExperts, CpuMatchesReferenceAtRealisticWidths) {
+  // Widths past every vector and tile size, with a decode batch and a prefill-like batch.
+  for (int64_t M : {1, 4, 100}) {
+    for (DType dtype : {DType::kF32, DType::kBF16}) {
+      ExpertsCase c;
+      c.num_tokens = M;
+      c.hidden_size = 257;
+      c.intermediate_size = 130;
+      c.num_experts = 16;
+      c.top_k = 4;
+      c.dtype = c.weight_dtype = dtype;
+      c.shared_intermediate_size = 70;
+      c.shared_gate = true;
+      c.seed = 7 + static_cast<uint64_t>(M);
+      expect_matches_reference(c, Backend::kCpu);
+    }
+  }
+}
+
+TEST(FusedExperts, EveryActivationAndOption) {
+  uint64_t seed = 900;
+  for (int a = 0; a < 4; ++a) {
+    for (bool on_input : {false, true}) {
+      for (bool biases : {false, true}) {
+        ExpertsCase c;
+        c.num_tokens = 9;
+        c.num_experts = 6;
+        c.top_k = on_input ? 1 : 3;
+        c.activation = static_cast<Activation>(a);
+        c.weight_on_input = on_input;
+        c.biases = biases;
+        c.seed = seed++;
+        expect_matches_reference(c, Backend::kCpu);
+      }
+    }
+  }
+}
+
+TEST(FusedExperts, OneExpertTakingEveryPair) {
+  for (int64_t block_m : {0, 1, 5, 64}) {
+    ExpertsCase c;
+    c.num_tokens = 77;
+    c.num_experts = 5;
+    c.top_k = 1;
+    c.routing = Routing::kAllToOneExpert;
+    c.block_m = block_m;
+    c.seed = 31;
+    expect_matches_reference(c, Backend::kCpu);
+  }
+}
+
+TEST(FusedExperts, ReferenceAgreesWithItselfInEveryDtype) {
+  // The reference in bf16 must land within bf16 rounding of the reference in f32.
+  ExpertsCase c;
+  c.num_tokens = 6;
+  c.dtype = DType::kBF16;
+  c.seed = 5;
+  expect_matches_reference(c, Backend::kReference);
+}
+
+TEST(FusedExperts, SameBitsForOneAndTwoThreads) {
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    ExpertsCase c;
+    c.num_tokens = 50;
+    c.hidden_size = 67;
+    c.intermediate_size = 45;
+    c.num_experts = 9;
+    c.top_k = 3;
+    c.dtype = c.weight_dtype = dtype;
+    c.shared_intermediate_size = 20;
+    c.seed = 77;
+    SCOPED_TRACE(c.describe());
+    const ExpertsInputs in = make_inputs(c);
+    const Tensor one = run_backend(in, Backend::kCpu, 1);
+    const Tensor two = run_backend(in, Backend::kCpu, 2);
+    EXPECT_EQ(std::memcmp(one.data<void>(), two.data<void>(), one.nbytes()), 0);
+  }
+}
+
+TEST(FusedExperts, NonFiniteHiddenRowChangesNoOtherToken) {
+  ExpertsCase c;
+  c.num_tokens = 20;
+  c.num_experts = 4;
+  c.top_k = 2;
+  c.shared_intermediate_size = 8;
+  c.shared_gate = true;
+  c.seed = 3;
+  ExpertsInputs in = make_inputs(c);
+  const Tensor clean = run_backend(in, Backend::kCpu);
+  const int64_t bad_token = 7, H = c.hidden_size;
+  for (float bad : {std::numeric_limits<float>::quiet_NaN(), INFINITY}) {
+    in.hidden.data<float>()[bad_token * H + 3] = bad;
+    const Tensor dirty = run_backend(in, Backend::kCpu);
+    for (int64_t t = 0; t < c.num_tokens; ++t) {
+      if (t == bad_token) continue;
+      EXPECT_EQ(std::memcmp(clean.data<float>() + t * H, dirty.data<float>() + t * H,
+                            static_cast<size_t>(H) * sizeof(float)),
+                0)
+          << "token " << t << " changed when token " << bad_token << " got " << bad;
+    }
+  }
+}
+
+// Expects fused_experts to throw moe::Error whose message contains `needle`.
+template <typename Mutate>
+void expect_error(const char* needle, Mutate mutate) {
+  ExpertsCase c;
+  c.num_tokens = 3;
+  c.seed = 11;
+  ExpertsInputs in = make_inputs(c);
+  TensorView hidden = in.hidden, w13 = in.w13, w2 = in.w2, weights = in.topk_weights,
+             ids = in.topk_ids;
+  Tensor out(DType::kF32, in.hidden.shape());
+  TensorView out_view = out;
+  ExpertsOptions options = in.options;
+  mutate(hidden, w13, w2, weights, ids, out_view, options);
+  try {
+    fused_experts(hidden, w13, w2, weights, ids, out_view, options);
+    ADD_FAILURE() << "expected moe::Error mentioning '" << needle << "'";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
+TEST(FusedExperts, BadInputNamesTheArgument) {
+  using V = TensorView;
+  using O = ExpertsOptions;
+  expect_error("hidden", [](V& h, V&, V&, V&, V&, V&, O&) { h.shape = {96}; });
+  expect_error("topk_ids", [](V& h, V&, V&, V&, V&, V&, O&) { h.shape = {2, 32}; });
+  expect_error("hidden", [](V& h, V&, V&, V&, V&, V&, O&) { h.dtype = DType::kI32; });
+  expect_error("w13", [](V&, V& w13, V&, V&, V&, V&, O&) { w13.shape[1] = 31; });
+  expect_error("w2", [](V&, V&, V& w2, V&, V&, V&, O&) { w2.dtype = DType::kBF16; });
+  expect_error("topk_ids", [](V&, V&, V&, V&, V& ids, V&, O&) { ids.as<int32_t>()[4] = 8; });
+  expect_error("topk_ids", [](V&, V&, V&, V&, V& ids, V&, O&) { ids.as<int32_t>()[0] = -1; });
+  expect_error("topk_ids", [](V&, V&, V&, V&, V& ids, V&, O&) { ids.dtype = DType::kF32; });
+  expect_error("topk_weights", [](V&, V&, V&, V& w, V&, V&, O&) {
+    w.as<float>()[2] = std::numeric_limits<float>::quiet_NaN();
+  });
+  expect_error("topk_weights", [](V&, V&, V&, V& w, V&, V&, O&) { w.as<float>()[1] = INFINITY; });
+  expect_error("topk_weights", [](V&, V&, V&, V& w, V&, V&, O&) { w.shape = {3, 1}; });
+  expect_error("out", [](V&, V&, V&, V&, V&, V& out, O&) { out.shape = {2, 32}; });
+  expect_error("block_m", [](V&, V&, V&, V&, V&, V&, O& o) { o.block_m = 5000; });
+  expect_error("expert_map", [](V&, V&, V&, V&, V&, V&, O& o) {
+    static int32_t map[8] = {0, 1, 2, 3, 4, 5, 6, 9};
+    o.expert_map = TensorView(map, DType::kI32, {8});
+  });
+}
+
+TEST(FusedExperts, TopKLargerThanExpertCountIsAnError) {
+  Tensor hidden = random_normal(DType::kF32, {2, 8}, 1);
+  Tensor w13 = random_normal(DType::kF32, {2, 8, 8}, 2);
+  Tensor w2 = random_normal(DType::kF32, {2, 8, 4}, 3);
+  Tensor ids = Tensor::zeros(DType::kI32, {2, 3});
+  Tensor weights = Tensor::zeros(DType::kF32, {2, 3});
+  EXPECT_THROW(fused_experts(hidden, w13, w2, weights, ids), Error);
+}
+
+}  // namespace
+}  // namespace moe::testing
