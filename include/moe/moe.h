@@ -1,0 +1,13 @@
+// The whole public API of moe-engine.
+#pragma once
+
+#include "moe/align.h"
+#include "moe/backend.h"
+#include "moe/config.h"
+#include "moe/dtype.h"
+#include "moe/error.h"
+#include "moe/experts.h"
+#include "moe/layer.h"
+#include "moe/params.h"
+#include "moe/routing.h"
+#include "moe/tensor.h"

@@ -1,0 +1,40 @@
+// Runs a MoeLayer on one synthetic batch, times it, and checks a sample of its tokens against
+// the reference backend: the measurements behind `moe run`.
+#pragma once
+
+#include <cstdint>
+
+#include "moe/experts.h"
+#include "moe/layer.h"
+
+namespace moe::cli {
+
+struct BatchReport {
+  int64_t tokens = 0;
+  StageTimes stages;    // of the run whose total is the median
+  double total_us = 0;  // median over the timed runs
+  int repeats = 0;
+  // Work of one call.
+  int64_t experts_touched = 0;  // experts with at least one pair
+  int64_t rows_min = 0, rows_max = 0;
+  double rows_mean = 0;   // pairs per expert over all experts
+  double weight_bytes = 0;  // router + touched experts + shared experts, read once
+  double flops = 0;         // router, routed experts and shared experts, 2 per multiply-add
+  // Agreement with the reference backend on a sample of tokens.
+  int64_t checked_tokens = 0;
+  double max_rel_error = 0;  // max |out - ref| / max |ref| over the sample
+  int64_t routing_mismatches = 0;  // sampled tokens whose expert ids differ from the reference
+};
+
+struct BatchSettings {
+  int64_t tokens = 1;
+  DType dtype = DType::kBF16;  // hidden states
+  uint64_t seed = 0;
+  int repeats = 5;
+  int64_t check_tokens = 8;  // 0 = no reference check
+};
+
+// `reference` must hold the same config and weights as `layer`, on the reference backend.
+BatchReport measure_batch(MoeLayer& layer, MoeLayer& reference, const BatchSettings& settings);
+
+}  // namespace moe::cli

@@ -1,0 +1,11 @@
+// The subcommands of `moe`. Each add_* registers its options on `app` and the code to run.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace moe::cli {
+
+void add_run_command(CLI::App& app);
+void add_info_command(CLI::App& app);
+
+}  // namespace moe::cli

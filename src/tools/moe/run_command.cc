@@ -1,0 +1,210 @@
+// `moe run`: the main job. Builds one MoE layer of a preset or config.json with deterministic
+// synthetic weights, runs a decode-sized and a prefill-sized batch, checks a sample of tokens
+// against the reference backend and reports per-stage times, throughput and the error.
+#include <omp.h>
+
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "moe/config.h"
+#include "moe/error.h"
+#include "moe/layer.h"
+#include "tools/moe/batch_report.h"
+#include "tools/moe/commands.h"
+
+namespace moe::cli {
+
+namespace {
+
+struct RunOptions {
+  std::string preset = std::string(kDefaultPreset);
+  std::string config_path;
+  std::string dtype = "bf16";
+  std::string backend = "cpu";
+  std::vector<int64_t> tokens = {1, 64, 1024};
+  int threads = 0;
+  uint64_t seed = 0;
+  int repeats = 5;
+  int64_t check_tokens = 8;
+  int64_t block_m = 0;
+  bool json = false;
+};
+
+// bf16 output carries 8 significant bits: a rounding error of at most 2^-9 of each element, so
+// the normwise error of a correct layer stays well under 1e-2; f32 output is held to 1e-5.
+double error_bound(DType dtype) { return dtype == DType::kF32 ? 1e-5 : 1e-2; }
+
+std::string routing_summary(const RoutingConfig& r) {
+  std::string text = fmt::format("{} top-{}", scoring_name(r.scoring), r.top_k);
+  if (r.num_groups > 1) text += fmt::format(", {} of {} groups", r.topk_groups, r.num_groups);
+  if (r.renormalize) text += ", renormalized";
+  if (r.has_correction_bias) text += ", correction bias";
+  if (r.has_router_bias) text += ", router bias";
+  if (r.routed_scaling_factor != 1.0f) text += fmt::format(", scale {}", r.routed_scaling_factor);
+  if (r.apply_weight_on_input) text += ", weight on input";
+  return text;
+}
+
+nlohmann::json stages_json(const StageTimes& t) {
+  return {{"route", t.route_us}, {"align", t.align_us}, {"gemm1", t.gemm1_us},
+          {"act", t.act_us},     {"gemm2", t.gemm2_us}, {"shared", t.shared_us},
+          {"sum", t.sum_us}};
+}
+
+nlohmann::json batch_json(const BatchReport& b, DType dtype) {
+  const double seconds = b.total_us * 1e-6;
+  return {{"tokens", b.tokens},
+          {"total_us", b.total_us},
+          {"stages_us", stages_json(b.stages)},
+          {"repeats", b.repeats},
+          {"tokens_per_s", seconds > 0 ? b.tokens / seconds : 0.0},
+          {"weight_bytes", b.weight_bytes},
+          {"weight_gb_per_s", seconds > 0 ? b.weight_bytes / seconds * 1e-9 : 0.0},
+          {"flops", b.flops},
+          {"gflop_per_s", seconds > 0 ? b.flops / seconds * 1e-9 : 0.0},
+          {"experts_touched", b.experts_touched},
+          {"rows_per_expert", {{"min", b.rows_min}, {"mean", b.rows_mean}, {"max", b.rows_max}}},
+          {"checked_tokens", b.checked_tokens},
+          {"routing_mismatches", b.routing_mismatches},
+          {"max_rel_error", b.max_rel_error},
+          {"error_bound", error_bound(dtype)},
+          {"within_bound", b.max_rel_error <= error_bound(dtype)}};
+}
+
+void print_header(const MoeConfig& c, DType dtype, int threads, const LayerWeights& w,
+                  double setup_s) {
+  fmt::print("moe run: {} (one MoE layer, synthetic weights)\n", c.name);
+  fmt::print("  shape    H={} I={} E={} k={}", c.experts.hidden_size,
+             c.experts.intermediate_size, c.routing.num_experts, c.routing.top_k);
+  if (c.experts.shared_intermediate_size > 0) {
+    fmt::print(" shared I={}{}", c.experts.shared_intermediate_size,
+               c.experts.shared_gate ? " (gated)" : "");
+  }
+  fmt::print("\n  routing  {}; activation {}\n", routing_summary(c.routing),
+             activation_name(c.experts.activation));
+  fmt::print("  weights  {} {:.2f} GB per layer (built in {:.1f} s); hidden {}; {} threads\n",
+             dtype_name(w.w13.dtype()), static_cast<double>(w.nbytes()) * 1e-9, setup_s,
+             dtype_name(dtype), threads);
+  fmt::print("\n{:>6} {:>9} | {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} | {:>9} {:>7} {:>8} | "
+             "{:>14} | {:>9}\n",
+             "tokens", "total_ms", "route", "align", "gemm1", "act", "gemm2", "shared", "sum",
+             "tokens/s", "GB/s", "GFLOP/s", "rows/expert", "rel_error");
+  fmt::print("{:>6} {:>9} | {:^63} | {:>9} {:>7} {:>8} | {:>14} | {:>9}\n", "", "",
+             "stage times, ms", "", "weights", "", "min/mean/max", "vs ref");
+}
+
+void print_batch(const BatchReport& b) {
+  const auto ms = [](double us) { return us * 1e-3; };
+  const double seconds = b.total_us * 1e-6;
+  const StageTimes& t = b.stages;
+  fmt::print("{:>6} {:>9.3f} | {:>7.3f} {:>7.3f} {:>7.3f} {:>7.3f} {:>7.3f} {:>7.3f} {:>7.3f} | "
+             "{:>9.0f} {:>7.2f} {:>8.1f} | {:>14} | {:>9.2e}{}\n",
+             b.tokens, ms(b.total_us), ms(t.route_us), ms(t.align_us), ms(t.gemm1_us),
+             ms(t.act_us), ms(t.gemm2_us), ms(t.shared_us), ms(t.sum_us), b.tokens / seconds,
+             b.weight_bytes / seconds * 1e-9, b.flops / seconds * 1e-9,
+             fmt::format("{}/{:.1f}/{}", b.rows_min, b.rows_mean, b.rows_max), b.max_rel_error,
+             b.routing_mismatches ? fmt::format(" ({} routing mismatches)", b.routing_mismatches)
+                                  : "");
+}
+
+void run(const RunOptions& o) {
+  const MoeConfig config =
+      o.config_path.empty() ? preset_config(o.preset) : load_hf_config(o.config_path);
+  const DType dtype = parse_dtype(o.dtype);
+  if (dtype == DType::kI32) fail("--dtype: expected f32, bf16 or f16; got {}", o.dtype);
+  if (o.threads < 0) fail("--threads: expected >= 0 (0 = all cores); got {}", o.threads);
+  const int threads = o.threads > 0 ? o.threads : omp_get_max_threads();
+  omp_set_num_threads(threads);
+
+  const auto setup_start = std::chrono::steady_clock::now();
+  LayerWeights weights = synthetic_layer_weights(config, dtype, o.seed);
+  LayerOptions options;
+  options.backend = parse_backend(o.backend);
+  options.num_threads = threads;
+  options.block_m = o.block_m;
+  MoeLayer layer(config, weights, options);
+  MoeLayer reference(config, weights, LayerOptions{Backend::kReference, threads, 0});
+  const double setup_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - setup_start).count();
+
+  nlohmann::json batches = nlohmann::json::array();
+  bool all_within = true;
+  if (!o.json) print_header(config, dtype, threads, weights, setup_s);
+  for (int64_t tokens : o.tokens) {
+    BatchSettings settings;
+    settings.tokens = tokens;
+    settings.dtype = dtype;
+    settings.seed = o.seed + static_cast<uint64_t>(tokens);
+    settings.repeats = o.repeats;
+    settings.check_tokens = o.check_tokens;
+    const BatchReport report = measure_batch(layer, reference, settings);
+    all_within = all_within && report.max_rel_error <= error_bound(dtype);
+    if (o.json) {
+      batches.push_back(batch_json(report, dtype));
+    } else {
+      print_batch(report);
+    }
+  }
+  if (o.json) {
+    const nlohmann::json result = {
+        {"model", config.name},
+        {"hidden_size", config.experts.hidden_size},
+        {"intermediate_size", config.experts.intermediate_size},
+        {"num_experts", config.routing.num_experts},
+        {"top_k", config.routing.top_k},
+        {"dtype", dtype_name(dtype)},
+        {"backend", o.backend},
+        {"threads", threads},
+        {"seed", o.seed},
+        {"weight_bytes_per_layer", weights.nbytes()},
+        {"batches", batches}};
+    fmt::print("{}\n", result.dump(2));
+  } else {
+    fmt::print("\nerror: max |out - ref| / max |ref| over {} sampled tokens per batch against "
+               "the float64 reference; bound {:.0e} for {} output: {}\n",
+               o.check_tokens, error_bound(dtype), dtype_name(dtype),
+               all_within ? "all within" : "EXCEEDED");
+  }
+  if (!all_within) fail("moe run: the error against the reference exceeds the {} bound", o.dtype);
+}
+
+}  // namespace
+
+void add_run_command(CLI::App& app) {
+  auto options = std::make_shared<RunOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "run", "Run one MoE layer with synthetic weights on decode and prefill batches, check it "
+             "against the reference and report per-stage times and throughput");
+  cmd->add_option("--preset", options->preset, "Built-in model preset")
+      ->capture_default_str()
+      ->check(CLI::IsMember(preset_names()));
+  cmd->add_option("--config", options->config_path,
+                  "A Hugging Face config.json to take the layer's shape from (overrides --preset)");
+  cmd->add_option("--dtype", options->dtype, "Weights and hidden states: f32, bf16 or f16")
+      ->capture_default_str();
+  cmd->add_option("--tokens", options->tokens, "Batch sizes to run, comma separated")
+      ->delimiter(',')
+      ->capture_default_str();
+  cmd->add_option("--threads", options->threads, "Worker threads (0 = all cores)")
+      ->capture_default_str();
+  cmd->add_option("--seed", options->seed, "Seed of the synthetic weights and inputs")
+      ->capture_default_str();
+  cmd->add_option("--repeats", options->repeats, "Timed runs per batch; the median is reported")
+      ->capture_default_str();
+  cmd->add_option("--check-tokens", options->check_tokens,
+                  "Tokens per batch checked against the float64 reference (0 = none)")
+      ->capture_default_str();
+  cmd->add_option("--backend", options->backend, "Experts backend: cpu or reference")
+      ->capture_default_str();
+  cmd->add_option("--block-m", options->block_m, "Rows per block (0 = the backend's choice)")
+      ->capture_default_str();
+  cmd->add_flag("--json", options->json, "Print one JSON object instead of the table");
+  cmd->callback([options] { run(*options); });
+}
+
+}  // namespace moe::cli

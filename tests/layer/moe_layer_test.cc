@@ -1,0 +1,135 @@
+// MoeLayer end to end (route + experts) against the same layer on the reference backend, and
+// the properties a serving engine relies on: workspace reuse, counts, isolation of bad tokens.
+#include "moe/layer.h"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include <gtest/gtest.h>
+
+#include "common/random_tensors.h"
+#include "moe/config.h"
+#include "moe/error.h"
+
+namespace moe {
+namespace {
+
+using testing::compare;
+using testing::Comparison;
+using testing::random_normal;
+
+// A small layer of each routing family, built through the same code as the presets.
+MoeConfig small_config(const std::string& family) {
+  MoeConfig c = preset_config(family == "deepseek" ? "deepseek-v3"
+                              : family == "qwen2"  ? "qwen2-moe-a2.7b"
+                                                   : "qwen3-30b-a3b");
+  c.experts.hidden_size = 40;
+  c.experts.intermediate_size = 24;
+  if (c.experts.shared_intermediate_size > 0) c.experts.shared_intermediate_size = 20;
+  if (family == "deepseek") {
+    c.routing.num_experts = 16;  // 8 groups of 2, 4 groups kept, top-8 as in the model
+  } else {
+    c.routing.num_experts = 12;
+    c.routing.top_k = std::min<int64_t>(c.routing.top_k, 4);
+  }
+  if (family == "llama4") {
+    c.routing.scoring = ScoringFunc::kSigmoid;
+    c.routing.top_k = 1;
+    c.routing.renormalize = false;
+    c.routing.apply_weight_on_input = true;
+    c.experts.shared_intermediate_size = 24;
+  }
+  if (family == "gpt-oss") {
+    c.routing.has_router_bias = true;
+    c.routing.renormalize = true;
+    c.experts.activation = Activation::kClampedSwiglu;
+    c.experts.has_bias = true;
+  }
+  return c;
+}
+
+void expect_layer_matches_reference(const std::string& family, DType dtype, int64_t tokens) {
+  SCOPED_TRACE(family + " " + std::string(dtype_name(dtype)) + " M=" + std::to_string(tokens));
+  const MoeConfig config = small_config(family);
+  const LayerWeights weights = synthetic_layer_weights(config, dtype, 42);
+  MoeLayer layer(config, weights, LayerOptions{Backend::kCpu, 2, 0});
+  MoeLayer reference(config, weights, LayerOptions{Backend::kReference, 1, 0});
+  const Tensor hidden = random_normal(dtype, {tokens, config.experts.hidden_size}, 7);
+  const Tensor got = layer.forward(hidden);
+  const Tensor expected = reference.forward(Tensor::copy_of(hidden, DType::kF32));
+  const Comparison cmp = compare(got, expected);
+  EXPECT_LE(cmp.max_rel_error, dtype == DType::kF32 ? 1e-5 : 1e-2) << cmp.describe();
+
+  const TensorView ids = layer.last_topk_ids();
+  const TensorView ref_ids = reference.last_topk_ids();
+  ASSERT_EQ(ids.shape, ref_ids.shape);
+  EXPECT_EQ(std::memcmp(ids.data, ref_ids.data, ids.nbytes()), 0) << "routing differs";
+  int64_t total = 0;
+  const TensorView counts = layer.last_expert_counts();
+  for (int64_t e = 0; e < counts.numel(); ++e) total += counts.as<int32_t>()[e];
+  EXPECT_EQ(total, tokens * config.routing.top_k);
+}
+
+TEST(MoeLayer, EveryFamilyMatchesReference) {
+  for (const char* family : {"qwen3", "qwen2", "deepseek", "llama4", "gpt-oss"}) {
+    for (DType dtype : {DType::kF32, DType::kBF16}) {
+      for (int64_t tokens : {0, 1, 3, 37}) expect_layer_matches_reference(family, dtype, tokens);
+    }
+  }
+}
+
+TEST(MoeLayer, ReusesItsWorkspaceAcrossBatchSizes) {
+  const MoeConfig config = small_config("qwen3");
+  const LayerWeights weights = synthetic_layer_weights(config, DType::kF32, 1);
+  MoeLayer layer(config, weights);
+  MoeLayer fresh(config, weights);
+  for (int64_t tokens : {50, 1, 20, 0, 50}) {
+    const Tensor hidden = random_normal(DType::kF32, {tokens, 40}, 100 + tokens);
+    const Tensor a = layer.forward(hidden);
+    MoeLayer once(config, weights);
+    const Tensor b = once.forward(hidden);
+    EXPECT_EQ(std::memcmp(a.data<void>(), b.data<void>(), a.nbytes()), 0) << "M=" << tokens;
+  }
+}
+
+TEST(MoeLayer, NanTokenChangesNoOtherToken) {
+  const MoeConfig config = small_config("deepseek");
+  const LayerWeights weights = synthetic_layer_weights(config, DType::kBF16, 3);
+  MoeLayer layer(config, weights);
+  Tensor hidden = random_normal(DType::kBF16, {9, 40}, 5);
+  const Tensor clean = layer.forward(hidden);
+  hidden.data<bf16>()[4 * 40 + 1] = to_bf16(std::numeric_limits<float>::quiet_NaN());
+  const Tensor dirty = layer.forward(hidden);
+  for (int64_t t = 0; t < 9; ++t) {
+    if (t == 4) continue;
+    EXPECT_EQ(std::memcmp(clean.data<bf16>() + t * 40, dirty.data<bf16>() + t * 40, 80), 0)
+        << "token " << t;
+  }
+  const TensorView ids = layer.last_topk_ids();
+  for (int64_t j = 0; j < config.routing.top_k; ++j) {
+    const int32_t id = ids.as<int32_t>()[4 * config.routing.top_k + j];
+    EXPECT_TRUE(id >= 0 && id < config.routing.num_experts) << id;
+  }
+}
+
+TEST(MoeLayer, RejectsWeightsThatDoNotMatchTheConfig) {
+  const MoeConfig config = small_config("qwen2");
+  LayerWeights weights = synthetic_layer_weights(config, DType::kF32, 1);
+  LayerWeights no_shared = weights;
+  no_shared.shared_w13 = Tensor();
+  EXPECT_THROW(MoeLayer(config, no_shared), Error);
+  LayerWeights bad_router = weights;
+  bad_router.router = Tensor(DType::kF32, {3, 40});
+  try {
+    MoeLayer layer(config, bad_router);
+    FAIL() << "expected moe::Error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("router"), std::string::npos) << e.what();
+  }
+  MoeLayer layer(config, weights);
+  EXPECT_THROW(layer.forward(Tensor(DType::kF32, {2, 41})), Error);
+}
+
+}  // namespace
+}  // namespace moe
