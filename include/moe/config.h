@@ -108,7 +108,8 @@ MoeConfig load_hf_config(const std::string& path);
 inline constexpr std::string_view kDefaultPreset = "qwen3-30b-a3b";
 std::vector<std::string> preset_names();
 MoeConfig preset_config(std::string_view name);  // throws moe::Error listing the presets
-// A preset name, or a path to a config.json (anything ending in ".json" or naming a file).
+// A preset name, a path to a config.json, or a checkpoint folder holding one. Throws moe::Error
+// listing the presets when it is none of these.
 MoeConfig resolve_config(const std::string& preset_or_path);
 
 // Throws moe::Error unless the layer sizes are usable (positive sizes, k <= E, groups divide E,
