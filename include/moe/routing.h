@@ -3,7 +3,12 @@
 // Outputs topk_ids [M, k] int32 and topk_weights [M, k] float32, plus the number of pairs per
 // expert [E] int32. Ties break toward the lower expert id; a NaN score ranks below every number,
 // so a token with a NaN row still gets k distinct in-range experts (and NaN weights) without
-// touching any other token.
+// touching any other token. Each token's k experts come in descending selection score.
+//
+// With num_groups > 1 a group scores the sum of its two best selection scores when there is a
+// correction bias (DeepSeek-V3), else its best one (DeepSeek-V2); experts of dropped groups are
+// never chosen. Weights are the unbiased scores of the chosen experts, divided by their sum when
+// renormalizing (unless that sum is 0), then multiplied by routed_scaling_factor.
 #pragma once
 
 #include "moe/backend.h"
