@@ -8,7 +8,6 @@
 // Tested by tests/experts against the reference backend.
 #include "kernels/cpu/fused_experts.h"
 
-#include <omp.h>
 
 #include <algorithm>
 #include <chrono>
@@ -18,6 +17,7 @@
 #include "kernels/cpu/gated_activation.h"
 #include "kernels/cpu/grouped_gemm.h"
 #include "kernels/cpu/moe_sum.h"
+#include "kernels/cpu/threads.h"
 #include "moe/align.h"
 
 namespace moe::cpu {
@@ -136,7 +136,7 @@ void run_shared_experts(const ExpertsProblem& pb, int64_t block_m, ExpertsWorksp
 
 void fused_experts(const ExpertsProblem& pb, int64_t block_m, ExpertsWorkspace& ws,
                    int num_threads, StageTimes* times) {
-  if (num_threads <= 0) num_threads = omp_get_max_threads();
+  num_threads = resolve_num_threads(num_threads);
   const int64_t M = pb.num_tokens, H = pb.hidden_size, I = pb.intermediate_size;
   const int64_t num_pairs = pb.num_pairs();
   const ActivationParams act{pb.activation, pb.swiglu_alpha, pb.swiglu_limit};
