@@ -8,7 +8,6 @@
 // Tested by tests/experts against the reference backend.
 #include "kernels/cpu/fused_experts.h"
 
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
