@@ -65,6 +65,9 @@ class MoeLayer {
 
  private:
   struct State;
+  void route_batch(const TensorView& hidden);          // fills topk ids, weights and counts
+  void route_batch_checked(const TensorView& hidden);  // the same through the public route()
+
   MoeConfig config_;
   LayerWeights weights_;
   LayerOptions options_;

@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "kernels/cpu/fused_experts.h"
+#include "kernels/cpu/routing.h"
 #include "kernels/reference/experts.h"
 #include "moe/error.h"
 #include "moe/routing.h"
@@ -17,13 +18,14 @@ struct MoeLayer::State {
   std::vector<int32_t> topk_ids;       // [M, k]
   std::vector<float> topk_weights;     // [M, k]
   std::vector<int32_t> expert_counts;  // [E]
+  std::vector<float> logits;           // [M, E], cpu backend
   int64_t num_tokens = 0;
 };
 
 int64_t LayerWeights::nbytes() const {
   int64_t total = 0;
-  for (const Tensor* t : {&router, &router_bias, &correction_bias, &w13, &w2, &w13_bias,
-                          &w2_bias, &shared_w13, &shared_w2, &shared_gate}) {
+  for (const Tensor* t : {&router, &router_bias, &correction_bias, &w13, &w2, &w13_bias, &w2_bias,
+                          &shared_w13, &shared_w2, &shared_gate}) {
     if (t->defined()) total += static_cast<int64_t>(t->nbytes());
   }
   return total;
@@ -33,7 +35,8 @@ namespace {
 
 void check_optional(const Tensor& t, bool wanted, const char* name, const char* why) {
   if (wanted && !t.defined()) fail("layer weights: {} is missing; the config has {}", name, why);
-  if (!wanted && t.defined()) fail("layer weights: {} is given but the config has no {}", name, why);
+  if (!wanted && t.defined())
+    fail("layer weights: {} is given but the config has no {}", name, why);
 }
 
 ExpertsOptions experts_options(const MoeConfig& config, const LayerWeights& w,
@@ -64,8 +67,7 @@ ValidatedExperts validate_weights(const MoeConfig& config, const LayerWeights& w
   if (!w.router.defined()) fail("layer weights: router is missing");
   check_shape(w.router, "router", {r.num_experts, x.hidden_size});
   check_optional(w.router_bias, r.has_router_bias, "router_bias", "a router bias");
-  check_optional(w.correction_bias, r.has_correction_bias, "correction_bias",
-                 "a correction bias");
+  check_optional(w.correction_bias, r.has_correction_bias, "correction_bias", "a correction bias");
   check_optional(w.w13_bias, x.has_bias, "w13_bias", "expert biases");
   check_optional(w.w2_bias, x.has_bias, "w2_bias", "expert biases");
   check_optional(w.shared_w13, x.shared_intermediate_size > 0, "shared_w13", "shared experts");
@@ -96,11 +98,47 @@ MoeLayer::MoeLayer(MoeConfig config, LayerWeights weights, LayerOptions options)
   state_ = std::make_unique<State>();
   state_->experts = validate_weights(config_, weights_, options_);
   state_->expert_counts.assign(static_cast<size_t>(config_.routing.num_experts), 0);
+  // The router weights go through route()'s own checks once, on an empty batch; forward then
+  // calls the kernels directly.
+  route_batch_checked(
+      TensorView(nullptr, weights_.router.dtype(), {0, config_.experts.hidden_size}));
 }
 
 MoeLayer::~MoeLayer() = default;
 MoeLayer::MoeLayer(MoeLayer&&) noexcept = default;
 MoeLayer& MoeLayer::operator=(MoeLayer&&) noexcept = default;
+
+void MoeLayer::route_batch_checked(const TensorView& hidden) {
+  RoutingInputs inputs;
+  if (weights_.correction_bias.defined()) inputs.correction_bias = weights_.correction_bias;
+  if (weights_.router_bias.defined()) inputs.router_bias = weights_.router_bias;
+  route(config_.routing, hidden, weights_.router, inputs, last_topk_ids(), last_topk_weights(),
+        last_expert_counts(), options_.backend, options_.num_threads);
+}
+
+void MoeLayer::route_batch(const TensorView& hidden) {
+  State& s = *state_;
+  const RoutingConfig& r = config_.routing;
+  if (options_.backend == Backend::kReference) {
+    route_batch_checked(hidden);
+    return;
+  }
+  // The cpu kernels directly, over the layer's own buffers: no allocation once warmed up.
+  const int64_t M = s.num_tokens;
+  if (static_cast<int64_t>(s.logits.size()) < M * r.num_experts) {
+    s.logits.resize(static_cast<size_t>(M * r.num_experts));
+  }
+  const float* router_bias =
+      weights_.router_bias.defined() ? weights_.router_bias.data<float>() : nullptr;
+  const float* correction_bias =
+      weights_.correction_bias.defined() ? weights_.correction_bias.data<float>() : nullptr;
+  cpu::router_logits(hidden.data, hidden.dtype, weights_.router.data<void>(),
+                     weights_.router.dtype(), router_bias, M, config_.experts.hidden_size,
+                     r.num_experts, s.logits.data(), options_.num_threads);
+  cpu::select_experts(r, s.logits.data(), M, correction_bias, s.topk_ids.data(),
+                      s.topk_weights.data(), options_.num_threads);
+  cpu::count_experts(s.topk_ids.data(), M * r.top_k, r.num_experts, s.expert_counts.data());
+}
 
 void MoeLayer::forward(const TensorView& hidden, const TensorView& out) {
   const int64_t H = config_.experts.hidden_size, k = config_.routing.top_k;
@@ -127,11 +165,7 @@ void MoeLayer::forward(const TensorView& hidden, const TensorView& out) {
   times_ = StageTimes{};
 
   const auto route_start = std::chrono::steady_clock::now();
-  RoutingInputs inputs;
-  if (weights_.correction_bias.defined()) inputs.correction_bias = weights_.correction_bias;
-  if (weights_.router_bias.defined()) inputs.router_bias = weights_.router_bias;
-  route(config_.routing, hidden, weights_.router, inputs, last_topk_ids(), last_topk_weights(),
-        last_expert_counts(), options_.backend, options_.num_threads);
+  route_batch(hidden);
   times_.route_us = microseconds_since(route_start);
 
   ExpertsProblem problem = s.experts.problem;
