@@ -16,20 +16,46 @@ constexpr int64_t kWeightRowsPerTile = 4;
 // decode batch has a single block per expert.
 constexpr int64_t kColumnsPerItem = 64;
 
-// A dot product whose summation order is fixed by the code alone (kLanes partial sums, then
-// the tail), not by the compiler's choice of vector width or alignment peeling: the same
-// inputs give the same bits on every thread.
-float dot(const float* a, const float* b, int64_t length) {
-  constexpr int64_t kLanes = 16;
-  float lanes[kLanes] = {};
+// Panel rows per micro-kernel step: with kWeightRowsPerTile weight rows that makes 12 vector
+// accumulators, which fit the 16 vector registers of AVX2 beside the operands.
+constexpr int kRowsPerStep = 3;
+// Partial sums per dot product: one 8-lane vector. The summation order (8 strided partial sums,
+// folded left to right, then the tail) is fixed by this code alone, and every output element is
+// computed the same way whichever micro-kernel variant or thread computes it: results are
+// bitwise independent of blocking and of the thread count.
+constexpr int64_t kLanes = 8;
+using Lanes = float __attribute__((vector_size(kLanes * sizeof(float))));
+
+Lanes load_lanes(const float* p) {
+  Lanes v;
+  std::memcpy(&v, p, sizeof v);  // unaligned load
+  return v;
+}
+
+// out[r][t] = a_rows[r] . w_rows[t] over k_dim, for kRows panel rows and kWeightRowsPerTile
+// weight rows: each loaded weight vector feeds kRows FMAs, each panel vector feeds four.
+// (The library is built with -ffp-contract=fast, so `acc + a * w` is one fused multiply-add.)
+template <int kRows>
+void dot_tile(const float* const* a_rows, const float* const* w_rows, int64_t k_dim,
+              float out[][kWeightRowsPerTile]) {
+  Lanes acc[kRows][kWeightRowsPerTile] = {};
   int64_t i = 0;
-  for (; i + kLanes <= length; i += kLanes) {
-    for (int64_t l = 0; l < kLanes; ++l) lanes[l] += a[i + l] * b[i + l];
+  for (; i + kLanes <= k_dim; i += kLanes) {
+    Lanes w[kWeightRowsPerTile];
+    for (int t = 0; t < kWeightRowsPerTile; ++t) w[t] = load_lanes(w_rows[t] + i);
+    for (int r = 0; r < kRows; ++r) {
+      const Lanes a = load_lanes(a_rows[r] + i);
+      for (int t = 0; t < kWeightRowsPerTile; ++t) acc[r][t] += a * w[t];
+    }
   }
-  float sum = 0.0f;
-  for (int64_t l = 0; l < kLanes; ++l) sum += lanes[l];
-  for (; i < length; ++i) sum += a[i] * b[i];
-  return sum;
+  for (int r = 0; r < kRows; ++r) {
+    for (int t = 0; t < kWeightRowsPerTile; ++t) {
+      float sum = 0.0f;
+      for (int64_t l = 0; l < kLanes; ++l) sum += acc[r][t][l];
+      for (int64_t j = i; j < k_dim; ++j) sum += a_rows[r][j] * w_rows[t][j];
+      out[r][t] = sum;
+    }
+  }
 }
 
 const char* row_address(const void* base, DType dtype, int64_t row, int64_t width) {
@@ -93,15 +119,26 @@ void run_item(const GroupedGemmArgs& args, int64_t block, int64_t n_begin, int64
         w_rows[t] = weight_tile + t * args.k_dim;
       }
     }
-    for (int64_t r = 0; r < rows; ++r) {
-      const float* a_row = panel + r * args.k_dim;
-      const int32_t p = pairs[r];
-      float* c_row = args.c + p * args.n;
-      const float scale = args.out_scale ? args.out_scale[p] : 1.0f;
-      for (int64_t t = 0; t < tile; ++t) {
-        float value = dot(a_row, w_rows[t], args.k_dim);
-        if (bias) value += bias[n0 + t];
-        c_row[n0 + t] = value * scale;
+    // A short last tile repeats its first row; the extra results are not stored.
+    for (int64_t t = tile; t < kWeightRowsPerTile; ++t) w_rows[t] = w_rows[0];
+    for (int64_t r0 = 0; r0 < rows; r0 += kRowsPerStep) {
+      const int64_t step = std::min<int64_t>(kRowsPerStep, rows - r0);
+      float results[kRowsPerStep][kWeightRowsPerTile];
+      const float* a_rows[kRowsPerStep];
+      for (int64_t r = 0; r < step; ++r) a_rows[r] = panel + (r0 + r) * args.k_dim;
+      if (step == kRowsPerStep) {
+        dot_tile<kRowsPerStep>(a_rows, w_rows, args.k_dim, results);
+      } else {
+        for (int64_t r = 0; r < step; ++r) dot_tile<1>(&a_rows[r], w_rows, args.k_dim, &results[r]);
+      }
+      for (int64_t r = 0; r < step; ++r) {
+        const int32_t p = pairs[r0 + r];
+        float* c_row = args.c + p * args.n;
+        const float scale = args.out_scale ? args.out_scale[p] : 1.0f;
+        for (int64_t t = 0; t < tile; ++t) {
+          const float value = results[r][t] + (bias ? bias[n0 + t] : 0.0f);
+          c_row[n0 + t] = value * scale;
+        }
       }
     }
   }
