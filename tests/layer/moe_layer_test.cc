@@ -2,6 +2,7 @@
 // the properties a serving engine relies on: workspace reuse, counts, isolation of bad tokens.
 #include "moe/layer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -64,7 +65,9 @@ void expect_layer_matches_reference(const std::string& family, DType dtype, int6
   const TensorView ids = layer.last_topk_ids();
   const TensorView ref_ids = reference.last_topk_ids();
   ASSERT_EQ(ids.shape, ref_ids.shape);
-  EXPECT_EQ(std::memcmp(ids.data, ref_ids.data, ids.nbytes()), 0) << "routing differs";
+  EXPECT_TRUE(std::equal(ids.as<int32_t>(), ids.as<int32_t>() + ids.numel(),
+                         ref_ids.as<int32_t>()))
+      << "routing differs";
   int64_t total = 0;
   const TensorView counts = layer.last_expert_counts();
   for (int64_t e = 0; e < counts.numel(); ++e) total += counts.as<int32_t>()[e];
