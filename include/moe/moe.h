@@ -5,6 +5,7 @@
 #include "moe/backend.h"
 #include "moe/config.h"
 #include "moe/dtype.h"
+#include "moe/eplb.h"
 #include "moe/error.h"
 #include "moe/experts.h"
 #include "moe/layer.h"
