@@ -9,6 +9,7 @@
 #include "moe/error.h"
 #include "moe/experts.h"
 #include "moe/layer.h"
+#include "moe/load_recorder.h"
 #include "moe/params.h"
 #include "moe/routing.h"
 #include "moe/tensor.h"
