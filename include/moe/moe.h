@@ -10,4 +10,5 @@
 #include "moe/layer.h"
 #include "moe/params.h"
 #include "moe/routing.h"
+#include "moe/safetensors.h"
 #include "moe/tensor.h"
