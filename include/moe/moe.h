@@ -12,4 +12,5 @@
 #include "moe/load_recorder.h"
 #include "moe/params.h"
 #include "moe/routing.h"
+#include "moe/safetensors.h"
 #include "moe/tensor.h"

@@ -97,23 +97,38 @@ bool JsonFields::boolean_or(std::string_view field, bool fallback) const {
   return value->get<bool>();
 }
 
+std::string JsonFields::as_string(std::string_view field, const nlohmann::json& value) const {
+  if (!value.is_string()) fail_field(field, "a string", describe_json(value));
+  return value.get<std::string>();
+}
+
+std::string JsonFields::string(std::string_view field) const {
+  return as_string(field, require(field, "a string"));
+}
+
 std::string JsonFields::string_or(std::string_view field, std::string_view fallback) const {
   const nlohmann::json* value = find(field);
-  if (value == nullptr) return std::string(fallback);
-  if (!value->is_string()) fail_field(field, "a string", describe_json(*value));
-  return value->get<std::string>();
+  return value ? as_string(field, *value) : std::string(fallback);
+}
+
+std::vector<int64_t> JsonFields::as_integer_list(std::string_view field,
+                                                 const nlohmann::json& value) const {
+  if (!value.is_array()) fail_field(field, "a list of integers", describe_json(value));
+  std::vector<int64_t> list;
+  list.reserve(value.size());
+  for (const nlohmann::json& element : value) {
+    list.push_back(as_integer(field, element, "a list of integers"));
+  }
+  return list;
+}
+
+std::vector<int64_t> JsonFields::integer_list(std::string_view field) const {
+  return as_integer_list(field, require(field, "a list of integers"));
 }
 
 std::vector<int64_t> JsonFields::integer_list_or_empty(std::string_view field) const {
   const nlohmann::json* value = find(field);
-  if (value == nullptr) return {};
-  if (!value->is_array()) fail_field(field, "a list of integers", describe_json(*value));
-  std::vector<int64_t> list;
-  list.reserve(value->size());
-  for (const nlohmann::json& element : *value) {
-    list.push_back(as_integer(field, element, "a list of integers"));
-  }
-  return list;
+  return value ? as_integer_list(field, *value) : std::vector<int64_t>{};
 }
 
 }  // namespace moe

@@ -29,7 +29,9 @@ class JsonFields {
 
   double number_or(std::string_view field, double fallback) const;
   bool boolean_or(std::string_view field, bool fallback) const;
+  std::string string(std::string_view field) const;
   std::string string_or(std::string_view field, std::string_view fallback) const;
+  std::vector<int64_t> integer_list(std::string_view field) const;
   std::vector<int64_t> integer_list_or_empty(std::string_view field) const;
 
   // The error every check on this object's fields raises; public so that callers checking a
@@ -42,6 +44,8 @@ class JsonFields {
   const nlohmann::json& require(std::string_view field, std::string_view expected) const;
   int64_t as_integer(std::string_view field, const nlohmann::json& value,
                      std::string_view expected) const;
+  std::string as_string(std::string_view field, const nlohmann::json& value) const;
+  std::vector<int64_t> as_integer_list(std::string_view field, const nlohmann::json& value) const;
 
   const nlohmann::json& object_;
   std::string source_;

@@ -53,8 +53,18 @@ double element(const TensorView& t, int64_t index) {
       return to_f32(t.as<bf16>()[index]);
     case DType::kF16:
       return to_f32(t.as<f16>()[index]);
+    case DType::kF8E4M3:
+      return to_f32(t.as<f8e4m3>()[index]);
+    case DType::kF64:
+      return t.as<double>()[index];
     case DType::kI32:
       return t.as<int32_t>()[index];
+    case DType::kI8:
+      return t.as<int8_t>()[index];
+    case DType::kU8:
+      return t.as<uint8_t>()[index];
+    case DType::kI64:
+      return static_cast<double>(t.as<int64_t>()[index]);
   }
   return std::numeric_limits<double>::quiet_NaN();
 }

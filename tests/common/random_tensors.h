@@ -36,7 +36,7 @@ struct Comparison {
 };
 Comparison compare(const TensorView& got, const TensorView& expected);
 
-// The value of element `index` of a float tensor as double.
+// The value of element `index` of a tensor as double.
 double element(const TensorView& t, int64_t index);
 
 }  // namespace moe::testing

@@ -28,7 +28,13 @@ double tolerance(DType out_dtype) {
       return 1e-2;
     case DType::kF16:
       return 2e-3;
+    // Not output types of fused_experts.
+    case DType::kF8E4M3:
+    case DType::kF64:
     case DType::kI32:
+    case DType::kI8:
+    case DType::kU8:
+    case DType::kI64:
       break;
   }
   return 0;

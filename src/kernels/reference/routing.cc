@@ -17,7 +17,13 @@ double load(const void* data, DType dtype, int64_t index) {
       return to_f32(static_cast<const bf16*>(data)[index]);
     case DType::kF16:
       return to_f32(static_cast<const f16*>(data)[index]);
+    // The API edge admits only the three types above for router inputs.
+    case DType::kF8E4M3:
+    case DType::kF64:
     case DType::kI32:
+    case DType::kI8:
+    case DType::kU8:
+    case DType::kI64:
       break;
   }
   return std::numeric_limits<double>::quiet_NaN();

@@ -116,7 +116,9 @@ void run(const RunOptions& o) {
   const MoeConfig config =
       o.config_path.empty() ? preset_config(o.preset) : load_hf_config(o.config_path);
   const DType dtype = parse_dtype(o.dtype);
-  if (dtype == DType::kI32) fail("--dtype: expected f32, bf16 or f16; got {}", o.dtype);
+  if (dtype != DType::kF32 && dtype != DType::kBF16 && dtype != DType::kF16) {
+    fail("--dtype: expected f32, bf16 or f16; got {}", o.dtype);
+  }
   if (o.threads < 0) fail("--threads: expected >= 0 (0 = all cores); got {}", o.threads);
   const int threads = o.threads > 0 ? o.threads : omp_get_max_threads();
   omp_set_num_threads(threads);
