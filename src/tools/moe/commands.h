@@ -7,5 +7,6 @@ namespace moe::cli {
 
 void add_run_command(CLI::App& app);
 void add_info_command(CLI::App& app);
+void add_plan_command(CLI::App& app);
 
 }  // namespace moe::cli
