@@ -53,6 +53,15 @@ class MoeLayer {
   void forward(const TensorView& hidden, const TensorView& out);
   Tensor forward(const TensorView& hidden);
 
+  // Serves the experts from physical slots, some experts having several (EPLB's redundant
+  // experts): slot_experts [num_slots] names the logical expert each slot holds, every expert at
+  // least once. Each pair goes to one replica of its expert, spread evenly in pair order
+  // (kernels/cpu/assign_replicas.h). Outputs do not change; per-slot loads do. Throws moe::Error
+  // on an id out of range or an expert without a slot. An empty list returns to one slot per
+  // expert.
+  void set_replicas(const std::vector<int32_t>& slot_experts);
+  int64_t num_slots() const;  // E without replicas
+
   const MoeConfig& config() const { return config_; }
   const LayerWeights& weights() const { return weights_; }
   const LayerOptions& options() const { return options_; }
@@ -62,6 +71,7 @@ class MoeLayer {
   TensorView last_topk_ids() const;       // [M, k] int32
   TensorView last_topk_weights() const;   // [M, k] f32
   TensorView last_expert_counts() const;  // [E] int32: pairs per expert
+  TensorView last_slot_counts() const;    // [num_slots] int32: pairs per physical slot
 
  private:
   struct State;

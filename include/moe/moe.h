@@ -12,6 +12,7 @@
 #include "moe/layer.h"
 #include "moe/load_recorder.h"
 #include "moe/params.h"
+#include "moe/rebalancer.h"
 #include "moe/plan.h"
 #include "moe/routing.h"
 #include "moe/safetensors.h"

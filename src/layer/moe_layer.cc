@@ -1,8 +1,10 @@
 // MoeLayer: route, then the experts, over buffers that live as long as the layer.
 #include "moe/layer.h"
 
+#include <algorithm>
 #include <chrono>
 
+#include "kernels/cpu/assign_replicas.h"
 #include "kernels/cpu/fused_experts.h"
 #include "kernels/cpu/routing.h"
 #include "kernels/reference/experts.h"
@@ -20,6 +22,15 @@ struct MoeLayer::State {
   std::vector<int32_t> expert_counts;  // [E]
   std::vector<float> logits;           // [M, E], cpu backend
   int64_t num_tokens = 0;
+
+  // Replicas; slot_experts is empty while every expert has exactly one slot.
+  std::vector<int32_t> slot_experts;   // [num_slots]: logical expert of each slot
+  std::vector<int32_t> expert_slots;   // [E, max_replicas]: slot of each replica
+  std::vector<int32_t> replica_count;  // [E]
+  int64_t max_replicas = 0;
+  std::vector<int32_t> slot_ids;      // [M, k]: the slot serving each pair
+  std::vector<int32_t> next_replica;  // [E], assign_replicas scratch
+  std::vector<int32_t> slot_counts;   // [num_slots]
 };
 
 int64_t LayerWeights::nbytes() const {
@@ -173,6 +184,18 @@ void MoeLayer::forward(const TensorView& hidden, const TensorView& out) {
   problem.hidden = hidden.data;
   problem.hidden_dtype = hidden.dtype;
   problem.topk_ids = s.topk_ids.data();
+  if (!s.slot_experts.empty()) {
+    // The experts see slots: each slot's weights are those of the logical expert it holds.
+    const int64_t num_slots = static_cast<int64_t>(s.slot_experts.size());
+    if (static_cast<int64_t>(s.slot_ids.size()) < M * k) s.slot_ids.resize(M * k);
+    cpu::assign_replicas(s.topk_ids.data(), M * k, config_.routing.num_experts,
+                         s.expert_slots.data(), s.max_replicas, s.replica_count.data(),
+                         s.slot_ids.data(), s.next_replica.data());
+    cpu::count_experts(s.slot_ids.data(), M * k, num_slots, s.slot_counts.data());
+    problem.topk_ids = s.slot_ids.data();
+    problem.num_experts = num_slots;
+    problem.expert_map = s.slot_experts.data();
+  }
   problem.topk_weights = s.topk_weights.data();
   problem.out = out.data;
   switch (options_.backend) {
@@ -198,6 +221,52 @@ Tensor MoeLayer::forward(const TensorView& hidden) {
   Tensor out(hidden.dtype, hidden.shape);
   forward(hidden, out);
   return out;
+}
+
+void MoeLayer::set_replicas(const std::vector<int32_t>& slot_experts) {
+  State& s = *state_;
+  const int64_t E = config_.routing.num_experts;
+  std::vector<int32_t> count(static_cast<size_t>(E), 0);
+  for (size_t slot = 0; slot < slot_experts.size(); ++slot) {
+    const int32_t expert = slot_experts[slot];
+    if (expert < 0 || expert >= E) {
+      fail("set_replicas: expected logical expert ids in [0, {}); got {} in slot {}", E, expert,
+           slot);
+    }
+    ++count[static_cast<size_t>(expert)];
+  }
+  const int64_t max_replicas =
+      slot_experts.empty() ? 0 : *std::max_element(count.begin(), count.end());
+  if (!slot_experts.empty()) {
+    for (int64_t e = 0; e < E; ++e) {
+      if (count[static_cast<size_t>(e)] == 0) {
+        fail("set_replicas: expected every expert in at least one slot; expert {} has none", e);
+      }
+    }
+  }
+  // Replica r of an expert is its r-th slot in slot order.
+  std::vector<int32_t> expert_slots(static_cast<size_t>(E * max_replicas), -1);
+  std::vector<int32_t> filled(static_cast<size_t>(E), 0);
+  for (size_t slot = 0; slot < slot_experts.size(); ++slot) {
+    const int32_t expert = slot_experts[slot];
+    expert_slots[expert * max_replicas + filled[expert]++] = static_cast<int32_t>(slot);
+  }
+  s.slot_experts = slot_experts;
+  s.expert_slots = std::move(expert_slots);
+  s.replica_count = std::move(count);
+  s.max_replicas = max_replicas;
+  s.next_replica.assign(static_cast<size_t>(E), 0);
+  s.slot_counts.assign(slot_experts.size(), 0);
+}
+
+int64_t MoeLayer::num_slots() const {
+  return state_->slot_experts.empty() ? config_.routing.num_experts
+                                      : static_cast<int64_t>(state_->slot_experts.size());
+}
+
+TensorView MoeLayer::last_slot_counts() const {
+  if (state_->slot_experts.empty()) return last_expert_counts();
+  return TensorView(state_->slot_counts.data(), DType::kI32, {num_slots()});
 }
 
 TensorView MoeLayer::last_topk_ids() const {
