@@ -14,6 +14,7 @@
 #include "moe/config.h"
 #include "moe/error.h"
 #include "moe/layer.h"
+#include "moe/trace.h"
 #include "tools/moe/batch_report.h"
 #include "tools/moe/commands.h"
 
@@ -32,6 +33,7 @@ struct RunOptions {
   int repeats = 5;
   int64_t check_tokens = 8;
   int64_t block_m = 0;
+  std::string trace_path;
   bool json = false;
 };
 
@@ -134,6 +136,14 @@ void run(const RunOptions& o) {
   const double setup_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - setup_start).count();
 
+  // With --trace, each batch is one step of a one-layer trace.
+  RoutingTrace trace;
+  trace.num_layers = 1;
+  trace.num_experts = config.routing.num_experts;
+  trace.top_k = config.routing.top_k;
+  trace.layers.resize(1);
+  trace.layers[0].step_offsets.push_back(0);
+
   nlohmann::json batches = nlohmann::json::array();
   bool all_within = true;
   if (!o.json) print_header(config, dtype, threads, weights, setup_s);
@@ -145,6 +155,10 @@ void run(const RunOptions& o) {
     settings.repeats = o.repeats;
     settings.check_tokens = o.check_tokens;
     const BatchReport report = measure_batch(layer, reference, settings);
+    const TensorView ids = layer.last_topk_ids();
+    trace.layers[0].topk_ids.insert(trace.layers[0].topk_ids.end(), ids.as<int32_t>(),
+                                    ids.as<int32_t>() + ids.numel());
+    trace.layers[0].step_offsets.push_back(trace.layers[0].step_offsets.back() + tokens);
     all_within = all_within && report.max_rel_error <= error_bound(dtype);
     if (o.json) {
       batches.push_back(batch_json(report, dtype));
@@ -172,6 +186,7 @@ void run(const RunOptions& o) {
                o.check_tokens, error_bound(dtype), dtype_name(dtype),
                all_within ? "all within" : "EXCEEDED");
   }
+  if (!o.trace_path.empty()) write_trace(o.trace_path, trace, config.name);
   if (!all_within) fail("moe run: the error against the reference exceeds the {} bound", o.dtype);
 }
 
@@ -205,6 +220,8 @@ void add_run_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--block-m", options->block_m, "Rows per block (0 = the backend's choice)")
       ->capture_default_str();
+  cmd->add_option("--trace", options->trace_path,
+                  "Write the routing of every batch to this trace file (one step per batch)");
   cmd->add_flag("--json", options->json, "Print one JSON object instead of the table");
   cmd->callback([options] { run(*options); });
 }
