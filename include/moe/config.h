@@ -95,6 +95,7 @@ struct MoeConfig {
   bool tie_word_embeddings = false;
 
   int64_t num_moe_layers() const;
+  int64_t first_moe_layer() const;  // -1 when no layer is MoE
 };
 
 // Parses the text of a Hugging Face config.json (a nested "text_config" is used when present).

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "moe/backend.h"
@@ -45,6 +46,10 @@ class MoeLayer {
  public:
   // Checks every weight against the config; throws moe::Error naming the first mismatch.
   MoeLayer(MoeConfig config, LayerWeights weights, LayerOptions options = {});
+  // Decoder layer `layer` of the Hugging Face checkpoint in folder `dir`, its weights in `dtype`
+  // (Checkpoint and load_moe_layer in moe/checkpoint.h say what is read and what is refused).
+  static MoeLayer from_checkpoint(const std::string& dir, int64_t layer, DType dtype,
+                                  LayerOptions options = {});
   ~MoeLayer();
   MoeLayer(MoeLayer&&) noexcept;
   MoeLayer& operator=(MoeLayer&&) noexcept;

@@ -3,6 +3,7 @@
 
 #include "moe/align.h"
 #include "moe/backend.h"
+#include "moe/checkpoint.h"
 #include "moe/config.h"
 #include "moe/dtype.h"
 #include "moe/eplb.h"

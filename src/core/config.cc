@@ -47,6 +47,11 @@ int64_t MoeConfig::num_moe_layers() const {
   return std::count(is_moe_layer.begin(), is_moe_layer.end(), true);
 }
 
+int64_t MoeConfig::first_moe_layer() const {
+  const auto first = std::find(is_moe_layer.begin(), is_moe_layer.end(), true);
+  return first == is_moe_layer.end() ? -1 : first - is_moe_layer.begin();
+}
+
 namespace {
 
 using Json = nlohmann::json;

@@ -1,16 +1,19 @@
 // `moe run`: the main job. Builds one MoE layer of a preset or config.json with deterministic
-// synthetic weights, runs a decode-sized and a prefill-sized batch, checks a sample of tokens
-// against the reference backend and reports per-stage times, throughput and the error.
+// synthetic weights (or one layer of a Hugging Face checkpoint with its real weights), runs a
+// decode-sized and a prefill-sized batch, checks a sample of tokens against the reference backend
+// and reports per-stage times, throughput and the error.
 #include <omp.h>
 
 #include <chrono>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "moe/checkpoint.h"
 #include "moe/config.h"
 #include "moe/error.h"
 #include "moe/layer.h"
@@ -25,6 +28,9 @@ namespace {
 struct RunOptions {
   std::string preset = std::string(kDefaultPreset);
   std::string config_path;
+  std::string checkpoint;  // when set, the config and the layer's weights come from it
+  int64_t layer = 0;
+  bool layer_given = false;  // otherwise the checkpoint's first MoE layer
   std::string dtype = "bf16";
   std::string backend = "cpu";
   std::vector<int64_t> tokens = {1, 64, 1024};
@@ -78,9 +84,9 @@ nlohmann::json batch_json(const BatchReport& b, DType dtype) {
           {"within_bound", b.max_rel_error <= error_bound(dtype)}};
 }
 
-void print_header(const MoeConfig& c, DType dtype, int threads, const LayerWeights& w,
-                  double setup_s) {
-  fmt::print("moe run: {} (one MoE layer, synthetic weights)\n", c.name);
+void print_header(const MoeConfig& c, const std::string& weights_source, DType dtype, int threads,
+                  const LayerWeights& w, double setup_s) {
+  fmt::print("moe run: {} (one MoE layer, {})\n", c.name, weights_source);
   fmt::print("  shape    H={} I={} E={} k={}", c.experts.hidden_size,
              c.experts.intermediate_size, c.routing.num_experts, c.routing.top_k);
   if (c.experts.shared_intermediate_size > 0) {
@@ -115,8 +121,14 @@ void print_batch(const BatchReport& b) {
 }
 
 void run(const RunOptions& o) {
-  const MoeConfig config =
-      o.config_path.empty() ? preset_config(o.preset) : load_hf_config(o.config_path);
+  std::optional<Checkpoint> checkpoint;
+  if (!o.checkpoint.empty()) checkpoint.emplace(Checkpoint::open(o.checkpoint));
+  const MoeConfig config = checkpoint              ? checkpoint->config()
+                           : o.config_path.empty() ? preset_config(o.preset)
+                                                   : load_hf_config(o.config_path);
+  const int64_t layer_index = o.layer_given ? o.layer : config.first_moe_layer();
+  const std::string weights_source =
+      checkpoint ? fmt::format("layer {} of {}", layer_index, o.checkpoint) : "synthetic weights";
   const DType dtype = parse_dtype(o.dtype);
   if (dtype != DType::kF32 && dtype != DType::kBF16 && dtype != DType::kF16) {
     fail("--dtype: expected f32, bf16 or f16; got {}", o.dtype);
@@ -126,7 +138,8 @@ void run(const RunOptions& o) {
   omp_set_num_threads(threads);
 
   const auto setup_start = std::chrono::steady_clock::now();
-  LayerWeights weights = synthetic_layer_weights(config, dtype, o.seed);
+  LayerWeights weights = checkpoint ? load_moe_layer(*checkpoint, layer_index, dtype)
+                                    : synthetic_layer_weights(config, dtype, o.seed);
   LayerOptions options;
   options.backend = parse_backend(o.backend);
   options.num_threads = threads;
@@ -146,7 +159,7 @@ void run(const RunOptions& o) {
 
   nlohmann::json batches = nlohmann::json::array();
   bool all_within = true;
-  if (!o.json) print_header(config, dtype, threads, weights, setup_s);
+  if (!o.json) print_header(config, weights_source, dtype, threads, weights, setup_s);
   for (int64_t tokens : o.tokens) {
     BatchSettings settings;
     settings.tokens = tokens;
@@ -169,6 +182,7 @@ void run(const RunOptions& o) {
   if (o.json) {
     const nlohmann::json result = {
         {"model", config.name},
+        {"weights", weights_source},
         {"hidden_size", config.experts.hidden_size},
         {"intermediate_size", config.experts.intermediate_size},
         {"num_experts", config.routing.num_experts},
@@ -195,13 +209,24 @@ void run(const RunOptions& o) {
 void add_run_command(CLI::App& app) {
   auto options = std::make_shared<RunOptions>();
   CLI::App* cmd = app.add_subcommand(
-      "run", "Run one MoE layer with synthetic weights on decode and prefill batches, check it "
-             "against the reference and report per-stage times and throughput");
+      "run",
+      "Run one MoE layer (synthetic weights, or a checkpoint's) on decode and prefill "
+      "batches, check it against the reference and report per-stage times and throughput");
   cmd->add_option("--preset", options->preset, "Built-in model preset")
       ->capture_default_str()
       ->check(CLI::IsMember(preset_names()));
-  cmd->add_option("--config", options->config_path,
-                  "A Hugging Face config.json to take the layer's shape from (overrides --preset)");
+  CLI::Option* config = cmd->add_option(
+      "--config", options->config_path,
+      "A Hugging Face config.json to take the layer's shape from (overrides --preset)");
+  CLI::Option* checkpoint =
+      cmd->add_option("--checkpoint", options->checkpoint,
+                      "A Hugging Face checkpoint folder: run one of its layers with its real "
+                      "weights (overrides --preset)")
+          ->excludes(config);
+  CLI::Option* layer = cmd->add_option("--layer", options->layer,
+                                       "Decoder layer of --checkpoint (default: the first MoE "
+                                       "layer)")
+                           ->needs(checkpoint);
   cmd->add_option("--dtype", options->dtype, "Weights and hidden states: f32, bf16 or f16")
       ->capture_default_str();
   cmd->add_option("--tokens", options->tokens, "Batch sizes to run, comma separated")
@@ -223,7 +248,10 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("--trace", options->trace_path,
                   "Write the routing of every batch to this trace file (one step per batch)");
   cmd->add_flag("--json", options->json, "Print one JSON object instead of the table");
-  cmd->callback([options] { run(*options); });
+  cmd->callback([options, layer] {
+    options->layer_given = layer->count() > 0;
+    run(*options);
+  });
 }
 
 }  // namespace moe::cli
