@@ -66,11 +66,17 @@ def test_errors():
     hidden, w13, w2, weights, ids = as_torch(*make_problem(25, 4, 16, 8, 3, 2))
     with pytest.raises(moe_engine.MoeError, match=r"^hidden_states: .*\.contiguous\(\)"):
         moe_engine.fused_experts(hidden.T.contiguous().T, w13, w2, weights, ids)
-    with pytest.raises(moe_engine.MoeError, match=r"^hidden_states: .*detach"):
-        moe_engine.fused_experts(hidden.requires_grad_(), w13, w2, weights, ids)
     # torch.topk returns int64 ids; the engine takes int32, as vLLM's kernels do.
     with pytest.raises(moe_engine.MoeError, match=r"^topk_ids: expected dtype i32; got i64"):
-        moe_engine.fused_experts(hidden.detach(), w13, w2, weights, ids.long())
+        moe_engine.fused_experts(hidden, w13, w2, weights, ids.long())
+
+
+def test_inputs_that_require_grad_are_read_without_autograd():
+    problem = make_problem(27, 4, 16, 8, 3, 2)
+    hidden, *rest = as_torch(*problem)
+    out = moe_engine.fused_experts(hidden.requires_grad_(), *rest)
+    assert not out.requires_grad and out.grad_fn is None
+    np.testing.assert_array_equal(out.numpy(), moe_engine.fused_experts(*problem))
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
