@@ -1,13 +1,16 @@
 # The two entry points of a fresh Debian 12 machine:
 #   make run    install what is missing, build (release), run `moe run` on the default preset
-#   make test   install what is missing, build (release), run every test
-# Other presets: `make test PRESET=asan`, `make build PRESET=debug`.
+#   make test   install what is missing, build (release), run every test: ctest, then the
+#               Python package's tests (python-test)
+# Other presets: `make test PRESET=asan`, `make build PRESET=debug`. The Python package always
+# builds in Release, in build/python, against the venv in build/venv.
 
 PRESET ?= release
 BUILD_DIR := build/$(PRESET)
 JOBS ?= $(shell nproc)
+VENV := build/venv
 
-.PHONY: deps configure build run test clean
+.PHONY: deps configure build run test clean python-deps python-build python-test
 
 deps:
 	bash scripts/install-deps
@@ -23,6 +26,19 @@ run: build
 
 test: build
 	ctest --preset $(PRESET)
+	$(MAKE) --no-print-directory python-test
+
+python-deps: deps
+	bash scripts/install-python-deps
+
+# No build isolation: the venv already holds the build backend, so a rebuild downloads nothing
+# and reuses build/python (incremental).
+python-build: python-deps
+	CMAKE_BUILD_PARALLEL_LEVEL=$(JOBS) $(VENV)/bin/python -m pip install --no-build-isolation \
+	    --no-deps -q -Cbuild-dir=build/python .
+
+python-test: python-build
+	$(VENV)/bin/python -m pytest python/tests -q
 
 clean:
 	rm -rf build

@@ -1,0 +1,163 @@
+// MoeLayer: router + expert weights + experts kernel, owned by Python.
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/unique_ptr.h>
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+
+#include "bindings.h"
+#include "moe/error.h"
+#include "moe/layer.h"
+#include "tensors.h"
+
+namespace moe::python {
+
+namespace nb = nanobind;
+
+namespace {
+
+// forward() releases the GIL while it computes, so two Python threads could reach one layer at
+// once; the mutex keeps them from sharing its workspace and its record of the last call.
+struct PyLayer {
+  explicit PyLayer(MoeLayer moe_layer) : layer(std::move(moe_layer)) {}
+  MoeLayer layer;
+  std::mutex mutex;
+};
+
+// Every way of building a layer ends here, so each gets the same options and checks.
+std::unique_ptr<PyLayer> make_layer(MoeConfig config, LayerWeights weights,
+                                    const std::string& backend, int num_threads, int64_t block_m) {
+  LayerOptions options;
+  options.backend = parse_backend(backend);
+  options.num_threads = num_threads;
+  options.block_m = block_m;
+  return std::make_unique<PyLayer>(MoeLayer(std::move(config), std::move(weights), options));
+}
+
+// A preset name, a config.json path (str or os.PathLike) or a MoeConfig.
+MoeConfig config_from(nb::handle preset) {
+  MoeConfig config;
+  if (nb::try_cast(preset, config)) return config;
+  if (nb::hasattr(preset, "__fspath__")) {
+    return resolve_config(nb::cast<std::string>(nb::module_::import_("os").attr("fspath")(preset)));
+  }
+  if (nb::isinstance<nb::str>(preset)) return resolve_config(nb::cast<std::string>(preset));
+  fail("preset: expected a preset name, a config.json path or a MoeConfig; got {}",
+       nb::cast<std::string>(nb::type_name(preset.type())));
+}
+
+std::unique_ptr<PyLayer> synthetic(nb::handle preset, const std::string& dtype_name, uint64_t seed,
+                                   const std::string& backend, int num_threads, int64_t block_m) {
+  const MoeConfig config = config_from(preset);
+  const DType dtype = parse_dtype(dtype_name);
+  if (dtype != DType::kF32 && dtype != DType::kBF16 && dtype != DType::kF16) {
+    fail("dtype: expected \"f32\", \"bf16\" or \"f16\"; got \"{}\"", dtype_name);
+  }
+  // Checked before any weight is generated: sizes come straight from the caller.
+  validate(config);
+  LayerWeights weights;
+  {
+    nb::gil_scoped_release release;
+    weights = synthetic_layer_weights(config, dtype, seed);
+  }
+  return make_layer(config, std::move(weights), backend, num_threads, block_m);
+}
+
+// Runs `f` under the layer's mutex, without the GIL while waiting or computing.
+template <typename F>
+auto locked(PyLayer& self, F&& f) {
+  nb::gil_scoped_release release;
+  std::lock_guard<std::mutex> lock(self.mutex);
+  return f();
+}
+
+nb::object forward(PyLayer& self, nb::handle hidden) {
+  const ArrayArg input = borrow_array(hidden, "hidden");
+  Tensor out = locked(self, [&] { return self.layer.forward(input.view); });
+  return to_python(std::move(out), framework_of(hidden));
+}
+
+// The layer reuses these buffers on the next forward, so Python gets copies.
+nb::object last_copy(PyLayer& self, TensorView (MoeLayer::*buffer)() const) {
+  Tensor copy = locked(self, [&] {
+    const TensorView view = (self.layer.*buffer)();
+    return Tensor::copy_of(view, view.dtype);
+  });
+  return to_python(std::move(copy), Framework::kNumpy);
+}
+
+nb::dict last_stage_times(PyLayer& self) {
+  const StageTimes t = locked(self, [&] { return self.layer.last_stage_times(); });
+  nb::dict times;
+  times["route"] = t.route_us;
+  times["align"] = t.align_us;
+  times["gemm1"] = t.gemm1_us;
+  times["act"] = t.act_us;
+  times["gemm2"] = t.gemm2_us;
+  times["sum"] = t.sum_us;
+  times["shared"] = t.shared_us;
+  return times;
+}
+
+// Zero-copy read-only views; each keeps the layer alive.
+nb::dict weights(nb::handle self_object) {
+  const LayerWeights& w = nb::cast<PyLayer&>(self_object).layer.weights();
+  nb::dict views;
+  const std::pair<const char*, const Tensor*> named[] = {{"router", &w.router},
+                                                         {"router_bias", &w.router_bias},
+                                                         {"correction_bias", &w.correction_bias},
+                                                         {"w13", &w.w13},
+                                                         {"w2", &w.w2},
+                                                         {"w13_bias", &w.w13_bias},
+                                                         {"w2_bias", &w.w2_bias},
+                                                         {"shared_w13", &w.shared_w13},
+                                                         {"shared_w2", &w.shared_w2},
+                                                         {"shared_gate", &w.shared_gate}};
+  for (const auto& [name, tensor] : named) {
+    if (tensor->defined()) views[name] = numpy_view(tensor->view(), self_object);
+  }
+  return views;
+}
+
+}  // namespace
+
+void bind_layer(nb::module_& m) {
+  nb::class_<PyLayer>(m, "MoeLayer",
+                      "One MoE layer: router, expert weights and experts kernel, with a "
+                      "workspace reused across calls. Build one with MoeLayer.synthetic().")
+      .def_static("synthetic", &synthetic, nb::arg("preset"), nb::arg("dtype") = "bf16",
+                  nb::arg("seed") = 0, nb::kw_only(), nb::arg("backend") = "auto",
+                  nb::arg("num_threads") = 0, nb::arg("block_m") = 0,
+                  R"(A layer with deterministic synthetic weights, scaled like a trained model's.
+
+preset is a preset name (see preset_names()), a path to a config.json or a checkpoint folder
+holding one, or a MoeConfig. dtype ("f32", "bf16" or "f16") is the weights' type; the same seed
+gives the same weights on every machine. backend ("auto", "cpu" or "reference"), num_threads
+(0: all cores) and block_m (0: the backend's choice) apply to every forward.)")
+      .def("forward", &forward, nb::arg("hidden"),
+           "hidden [M, H] float32/bfloat16/float16 -> out [M, H] of the same dtype: a torch "
+           "tensor for a torch hidden, else a NumPy array.")
+      .def_prop_ro(
+          "config", [](PyLayer& self) { return self.layer.config(); }, "The layer's MoeConfig.")
+      .def_prop_ro("weights", &weights,
+                   "dict of name -> read-only NumPy view of the layer's weights (router, w13 "
+                   "[E, 2I, H], w2 [E, H, I], and the optional biases and shared experts).")
+      .def_prop_ro("last_stage_times", &last_stage_times,
+                   "Wall time of each stage of the last forward, in microseconds: route, align, "
+                   "gemm1, act, gemm2, sum, shared.")
+      .def_prop_ro(
+          "last_topk_ids", [](PyLayer& self) { return last_copy(self, &MoeLayer::last_topk_ids); },
+          "The experts the last forward chose: [M, k] int32 NumPy array (a copy).")
+      .def_prop_ro(
+          "last_topk_weights",
+          [](PyLayer& self) { return last_copy(self, &MoeLayer::last_topk_weights); },
+          "The router weights of the last forward: [M, k] float32 NumPy array (a copy).")
+      .def_prop_ro(
+          "last_expert_counts",
+          [](PyLayer& self) { return last_copy(self, &MoeLayer::last_expert_counts); },
+          "Pairs per expert in the last forward: [E] int32 NumPy array (a copy).");
+}
+
+}  // namespace moe::python
