@@ -11,5 +11,6 @@
 #include "moe/layer.h"
 #include "moe/load_recorder.h"
 #include "moe/params.h"
+#include "moe/placement.h"
 #include "moe/routing.h"
 #include "moe/tensor.h"
