@@ -18,23 +18,22 @@ inline constexpr const char* kTraceFormat = "moe-engine routing trace 1";
 
 // Writes `trace` to `path` (atomically, as write_safetensors). Throws moe::Error on an
 // inconsistent trace or an I/O failure.
-void write_trace(const std::string& path, const RoutingTrace& trace,
-                 const std::string& model = "");
+void write_trace(const std::string& path, const RoutingTrace& trace, const std::string& model = "");
 // Reads a trace written by write_trace; throws moe::Error naming the file and the tensor on any
 // inconsistency (ids out of range, sizes that do not match, a wrong format tag).
 RoutingTrace read_trace(const std::string& path);
 
 struct SyntheticTraceOptions {
-  int64_t num_layers = 0;        // 0 = the config's MoE layers
+  int64_t num_layers = 0;  // 0 = the config's MoE layers
   int64_t num_steps = 8;
   int64_t tokens_per_step = 256;
-  double zipf_exponent = 1.0;    // expert popularity ~ 1 / rank^s, a separate ranking per layer
+  double zipf_exponent = 1.0;  // expert popularity ~ 1 / rank^s, a separate ranking per layer
   // Probability that a token's next expert comes from the co-selection cluster of its first one
   // (clusters of 2k experts): experts that fire together, as trained routers show.
   double co_selection = 0.5;
   // Popularity ranks rotate by this many positions per step: the hot set drifts over time.
   double drift_per_step = 0.5;
-  int64_t num_gpus = 1;          // token t of a step comes from GPU t % num_gpus
+  int64_t num_gpus = 1;  // token t of a step comes from GPU t % num_gpus
   uint64_t seed = 0;
 };
 

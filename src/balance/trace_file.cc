@@ -89,20 +89,19 @@ void write_trace(const std::string& path, const RoutingTrace& trace, const std::
     tensors.emplace_back(tensor_name(l, "topk_ids"),
                          TensorView(const_cast<int32_t*>(layer.topk_ids.data()), DType::kI32,
                                     {tokens, trace.top_k}));
-    tensors.emplace_back(tensor_name(l, "step_offsets"),
-                         TensorView(steps.data(), DType::kI64,
-                                    {static_cast<int64_t>(steps.size())}));
+    tensors.emplace_back(
+        tensor_name(l, "step_offsets"),
+        TensorView(steps.data(), DType::kI64, {static_cast<int64_t>(steps.size())}));
     if (!layer.source_gpu.empty()) {
-      tensors.emplace_back(tensor_name(l, "source_gpu"),
-                           TensorView(const_cast<int32_t*>(layer.source_gpu.data()), DType::kI32,
-                                      {tokens}));
+      tensors.emplace_back(
+          tensor_name(l, "source_gpu"),
+          TensorView(const_cast<int32_t*>(layer.source_gpu.data()), DType::kI32, {tokens}));
     }
   }
-  std::map<std::string, std::string> metadata = {
-      {"format", kTraceFormat},
-      {"num_layers", std::to_string(trace.num_layers)},
-      {"num_experts", std::to_string(trace.num_experts)},
-      {"top_k", std::to_string(trace.top_k)}};
+  std::map<std::string, std::string> metadata = {{"format", kTraceFormat},
+                                                 {"num_layers", std::to_string(trace.num_layers)},
+                                                 {"num_experts", std::to_string(trace.num_experts)},
+                                                 {"top_k", std::to_string(trace.top_k)}};
   if (!model.empty()) metadata["model"] = model;
   write_safetensors(path, tensors, metadata);
 }
@@ -127,11 +126,10 @@ RoutingTrace read_trace(const std::string& path) {
     const std::string ids_name = tensor_name(l, "topk_ids");
     layer.topk_ids = copy_tensor<int32_t>(file, ids_name, DType::kI32, 2);
     if (file.tensor(ids_name).size(1) != trace.top_k) {
-      fail("{}: tensor '{}' must be [num_tokens, top_k = {}]; got {}", path, ids_name,
-           trace.top_k, shape_string(file.tensor(ids_name).shape));
+      fail("{}: tensor '{}' must be [num_tokens, top_k = {}]; got {}", path, ids_name, trace.top_k,
+           shape_string(file.tensor(ids_name).shape));
     }
-    layer.step_offsets =
-        copy_tensor<int64_t>(file, tensor_name(l, "step_offsets"), DType::kI64, 1);
+    layer.step_offsets = copy_tensor<int64_t>(file, tensor_name(l, "step_offsets"), DType::kI64, 1);
     if (file.contains(tensor_name(l, "source_gpu"))) {
       layer.source_gpu = copy_tensor<int32_t>(file, tensor_name(l, "source_gpu"), DType::kI32, 1);
     }

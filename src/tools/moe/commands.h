@@ -9,5 +9,7 @@ void add_run_command(CLI::App& app);
 void add_forward_command(CLI::App& app);
 void add_info_command(CLI::App& app);
 void add_plan_command(CLI::App& app);
+void add_trace_command(CLI::App& app);
+void add_place_command(CLI::App& app);
 
 }  // namespace moe::cli

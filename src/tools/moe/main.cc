@@ -12,6 +12,8 @@ int main(int argc, char** argv) {
   moe::cli::add_forward_command(app);
   moe::cli::add_info_command(app);
   moe::cli::add_plan_command(app);
+  moe::cli::add_trace_command(app);
+  moe::cli::add_place_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -73,7 +73,8 @@ void place(const PlaceOptions& o) {
       break;
     }
   }
-  if (o.hidden_size < 1) fail("--hidden: expected the model's hidden size >= 1; got {}", o.hidden_size);
+  if (o.hidden_size < 1)
+    fail("--hidden: expected the model's hidden size >= 1; got {}", o.hidden_size);
   ActivationRow row;
   row.hidden_size = o.hidden_size;
   row.bytes_per_value = static_cast<int64_t>(dtype_size(parse_dtype(o.dtype)));
@@ -86,11 +87,11 @@ void place(const PlaceOptions& o) {
     eplb.num_nodes = topology.num_nodes;
     eplb.num_gpus = topology.num_gpus();
     const std::vector<int64_t> loads = trace_loads(trace);
-    start = rebalance_experts(std::span<const int64_t>(loads), trace.num_layers,
-                              trace.num_experts, eplb);
+    start = rebalance_experts(std::span<const int64_t>(loads), trace.num_layers, trace.num_experts,
+                              eplb);
   } else {
-    start = contiguous_placement(trace.num_layers, trace.num_experts, replicas,
-                                 topology.num_gpus(), topology.num_nodes);
+    start = contiguous_placement(trace.num_layers, trace.num_experts, replicas, topology.num_gpus(),
+                                 topology.num_nodes);
   }
   PlacementSearch search;
   search.load_bound = o.load_bound;
@@ -111,14 +112,15 @@ void place(const PlaceOptions& o) {
     fmt::print("{}\n", out.dump(2));
     return;
   }
-  fmt::print("moe place: {} layers, {} experts, {} slots on {} nodes x {} GPUs; start {}; load "
-             "bound {:.2f} x mean\n\n",
-             trace.num_layers, trace.num_experts, replicas, topology.num_nodes,
-             topology.gpus_per_node, o.eplb ? "EPLB" : "contiguous", o.load_bound);
+  fmt::print(
+      "moe place: {} layers, {} experts, {} slots on {} nodes x {} GPUs; start {}; load "
+      "bound {:.2f} x mean\n\n",
+      trace.num_layers, trace.num_experts, replicas, topology.num_nodes, topology.gpus_per_node,
+      o.eplb ? "EPLB" : "contiguous", o.load_bound);
   fmt::print("{:<8} {:>12} {:>12} {:>12} {:>12} {:>10} {:>8}\n", "", "same GPU", "same node",
              "cross node", "T*k*H*b", "disp+comb", "max");
-  fmt::print("{:<8} {:>12} {:>12} {:>12} {:>12} {:>10} {:>8}\n", "", "GB", "GB", "GB", "GB",
-             "ms", "skew");
+  fmt::print("{:<8} {:>12} {:>12} {:>12} {:>12} {:>10} {:>8}\n", "", "GB", "GB", "GB", "GB", "ms",
+             "skew");
   print_report("before", result.before);
   print_report("after", result.after);
   fmt::print("\n{} slot swaps; dispatch bytes summed over layers (combine sends the same back)\n",
@@ -130,8 +132,9 @@ void place(const PlaceOptions& o) {
 void add_place_command(CLI::App& app) {
   auto o = std::make_shared<PlaceOptions>();
   CLI::App* cmd = app.add_subcommand(
-      "place", "Place experts on GPUs from a routing trace to cut cross-node traffic within a "
-               "load bound; report bytes per domain and load skew before and after");
+      "place",
+      "Place experts on GPUs from a routing trace to cut cross-node traffic within a "
+      "load bound; report bytes per domain and load skew before and after");
   cmd->add_option("--trace", o->trace_path, "Routing trace (moe trace synth, moe run --trace)")
       ->required();
   cmd->add_option("--nodes", o->num_nodes, "Nodes")->capture_default_str();

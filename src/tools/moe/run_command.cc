@@ -59,9 +59,8 @@ std::string routing_summary(const RoutingConfig& r) {
 }
 
 nlohmann::json stages_json(const StageTimes& t) {
-  return {{"route", t.route_us}, {"align", t.align_us}, {"gemm1", t.gemm1_us},
-          {"act", t.act_us},     {"gemm2", t.gemm2_us}, {"shared", t.shared_us},
-          {"sum", t.sum_us}};
+  return {{"route", t.route_us}, {"align", t.align_us},   {"gemm1", t.gemm1_us}, {"act", t.act_us},
+          {"gemm2", t.gemm2_us}, {"shared", t.shared_us}, {"sum", t.sum_us}};
 }
 
 nlohmann::json batch_json(const BatchReport& b, DType dtype) {
@@ -87,8 +86,8 @@ nlohmann::json batch_json(const BatchReport& b, DType dtype) {
 void print_header(const MoeConfig& c, const std::string& weights_source, DType dtype, int threads,
                   const LayerWeights& w, double setup_s) {
   fmt::print("moe run: {} (one MoE layer, {})\n", c.name, weights_source);
-  fmt::print("  shape    H={} I={} E={} k={}", c.experts.hidden_size,
-             c.experts.intermediate_size, c.routing.num_experts, c.routing.top_k);
+  fmt::print("  shape    H={} I={} E={} k={}", c.experts.hidden_size, c.experts.intermediate_size,
+             c.routing.num_experts, c.routing.top_k);
   if (c.experts.shared_intermediate_size > 0) {
     fmt::print(" shared I={}{}", c.experts.shared_intermediate_size,
                c.experts.shared_gate ? " (gated)" : "");
@@ -98,10 +97,11 @@ void print_header(const MoeConfig& c, const std::string& weights_source, DType d
   fmt::print("  weights  {} {:.2f} GB per layer (built in {:.1f} s); hidden {}; {} threads\n",
              dtype_name(w.w13.dtype()), static_cast<double>(w.nbytes()) * 1e-9, setup_s,
              dtype_name(dtype), threads);
-  fmt::print("\n{:>6} {:>9} | {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} | {:>9} {:>7} {:>8} | "
-             "{:>14} | {:>9}\n",
-             "tokens", "total_ms", "route", "align", "gemm1", "act", "gemm2", "shared", "sum",
-             "tokens/s", "GB/s", "GFLOP/s", "rows/expert", "rel_error");
+  fmt::print(
+      "\n{:>6} {:>9} | {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} | {:>9} {:>7} {:>8} | "
+      "{:>14} | {:>9}\n",
+      "tokens", "total_ms", "route", "align", "gemm1", "act", "gemm2", "shared", "sum", "tokens/s",
+      "GB/s", "GFLOP/s", "rows/expert", "rel_error");
   fmt::print("{:>6} {:>9} | {:^63} | {:>9} {:>7} {:>8} | {:>14} | {:>9}\n", "", "",
              "stage times, ms", "", "weights", "", "min/mean/max", "vs ref");
 }
@@ -110,14 +110,14 @@ void print_batch(const BatchReport& b) {
   const auto ms = [](double us) { return us * 1e-3; };
   const double seconds = b.total_us * 1e-6;
   const StageTimes& t = b.stages;
-  fmt::print("{:>6} {:>9.3f} | {:>7.3f} {:>7.3f} {:>7.3f} {:>7.3f} {:>7.3f} {:>7.3f} {:>7.3f} | "
-             "{:>9.0f} {:>7.2f} {:>8.1f} | {:>14} | {:>9.2e}{}\n",
-             b.tokens, ms(b.total_us), ms(t.route_us), ms(t.align_us), ms(t.gemm1_us),
-             ms(t.act_us), ms(t.gemm2_us), ms(t.shared_us), ms(t.sum_us), b.tokens / seconds,
-             b.weight_bytes / seconds * 1e-9, b.flops / seconds * 1e-9,
-             fmt::format("{}/{:.1f}/{}", b.rows_min, b.rows_mean, b.rows_max), b.max_rel_error,
-             b.routing_mismatches ? fmt::format(" ({} routing mismatches)", b.routing_mismatches)
-                                  : "");
+  fmt::print(
+      "{:>6} {:>9.3f} | {:>7.3f} {:>7.3f} {:>7.3f} {:>7.3f} {:>7.3f} {:>7.3f} {:>7.3f} | "
+      "{:>9.0f} {:>7.2f} {:>8.1f} | {:>14} | {:>9.2e}{}\n",
+      b.tokens, ms(b.total_us), ms(t.route_us), ms(t.align_us), ms(t.gemm1_us), ms(t.act_us),
+      ms(t.gemm2_us), ms(t.shared_us), ms(t.sum_us), b.tokens / seconds,
+      b.weight_bytes / seconds * 1e-9, b.flops / seconds * 1e-9,
+      fmt::format("{}/{:.1f}/{}", b.rows_min, b.rows_mean, b.rows_max), b.max_rel_error,
+      b.routing_mismatches ? fmt::format(" ({} routing mismatches)", b.routing_mismatches) : "");
 }
 
 void run(const RunOptions& o) {
@@ -180,25 +180,25 @@ void run(const RunOptions& o) {
     }
   }
   if (o.json) {
-    const nlohmann::json result = {
-        {"model", config.name},
-        {"weights", weights_source},
-        {"hidden_size", config.experts.hidden_size},
-        {"intermediate_size", config.experts.intermediate_size},
-        {"num_experts", config.routing.num_experts},
-        {"top_k", config.routing.top_k},
-        {"dtype", dtype_name(dtype)},
-        {"backend", o.backend},
-        {"threads", threads},
-        {"seed", o.seed},
-        {"weight_bytes_per_layer", weights.nbytes()},
-        {"batches", batches}};
+    const nlohmann::json result = {{"model", config.name},
+                                   {"weights", weights_source},
+                                   {"hidden_size", config.experts.hidden_size},
+                                   {"intermediate_size", config.experts.intermediate_size},
+                                   {"num_experts", config.routing.num_experts},
+                                   {"top_k", config.routing.top_k},
+                                   {"dtype", dtype_name(dtype)},
+                                   {"backend", o.backend},
+                                   {"threads", threads},
+                                   {"seed", o.seed},
+                                   {"weight_bytes_per_layer", weights.nbytes()},
+                                   {"batches", batches}};
     fmt::print("{}\n", result.dump(2));
   } else {
-    fmt::print("\nerror: max |out - ref| / max |ref| over {} sampled tokens per batch against "
-               "the float64 reference; bound {:.0e} for {} output: {}\n",
-               o.check_tokens, error_bound(dtype), dtype_name(dtype),
-               all_within ? "all within" : "EXCEEDED");
+    fmt::print(
+        "\nerror: max |out - ref| / max |ref| over {} sampled tokens per batch against "
+        "the float64 reference; bound {:.0e} for {} output: {}\n",
+        o.check_tokens, error_bound(dtype), dtype_name(dtype),
+        all_within ? "all within" : "EXCEEDED");
   }
   if (!o.trace_path.empty()) write_trace(o.trace_path, trace, config.name);
   if (!all_within) fail("moe run: the error against the reference exceeds the {} bound", o.dtype);

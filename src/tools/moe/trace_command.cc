@@ -25,20 +25,21 @@ void add_trace_command(CLI::App& app) {
   trace->require_subcommand(1);
   auto o = std::make_shared<SynthOptions>();
   CLI::App* synth = trace->add_subcommand(
-      "synth", "Write a seeded synthetic trace: Zipf-skewed expert popularity per layer, "
-               "correlated co-selection, drift over steps");
+      "synth",
+      "Write a seeded synthetic trace: Zipf-skewed expert popularity per layer, "
+      "correlated co-selection, drift over steps");
   synth->add_option("model", o->model, "A preset name or a path to a config.json")
       ->capture_default_str();
   synth->add_option("--out", o->out, "Trace file to write (safetensors)")->required();
   synth->add_option("--layers", o->trace.num_layers, "MoE layers (0 = all of the model's)")
       ->capture_default_str();
   synth->add_option("--steps", o->trace.num_steps, "Serving steps")->capture_default_str();
-  synth->add_option("--tokens", o->trace.tokens_per_step, "Tokens per step")
-      ->capture_default_str();
+  synth->add_option("--tokens", o->trace.tokens_per_step, "Tokens per step")->capture_default_str();
   synth->add_option("--zipf", o->trace.zipf_exponent, "Popularity exponent (0 = uniform)")
       ->capture_default_str();
-  synth->add_option("--co-selection", o->trace.co_selection,
-                    "Probability that a token's later experts share its first one's cluster")
+  synth
+      ->add_option("--co-selection", o->trace.co_selection,
+                   "Probability that a token's later experts share its first one's cluster")
       ->capture_default_str();
   synth->add_option("--drift", o->trace.drift_per_step, "Popularity rank shift per step")
       ->capture_default_str();
@@ -53,8 +54,8 @@ void add_trace_command(CLI::App& app) {
     for (const TraceLayer& layer : trace.layers) {
       tokens += static_cast<int64_t>(layer.topk_ids.size()) / trace.top_k;
     }
-    fmt::print("wrote {}: {} layers, {} experts, top-{}, {} tokens in {} steps per layer\n",
-               o->out, trace.num_layers, trace.num_experts, trace.top_k,
+    fmt::print("wrote {}: {} layers, {} experts, top-{}, {} tokens in {} steps per layer\n", o->out,
+               trace.num_layers, trace.num_experts, trace.top_k,
                trace.num_layers > 0 ? tokens / trace.num_layers : 0, o->trace.num_steps);
   });
 }
