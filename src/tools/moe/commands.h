@@ -11,5 +11,6 @@ void add_info_command(CLI::App& app);
 void add_plan_command(CLI::App& app);
 void add_trace_command(CLI::App& app);
 void add_place_command(CLI::App& app);
+void add_eplb_command(CLI::App& app);
 
 }  // namespace moe::cli
