@@ -72,6 +72,16 @@ class MoeLayer:
         num_threads: int = 0,
         block_m: int = 0,
     ) -> MoeLayer: ...
+    @staticmethod
+    def from_checkpoint(
+        dir: Union[str, PathLike[str]],
+        layer: Optional[int] = None,
+        *,
+        dtype: str = "f32",
+        backend: str = "auto",
+        num_threads: int = 0,
+        block_m: int = 0,
+    ) -> MoeLayer: ...
     def forward(self, hidden: ArrayLike) -> Array: ...
     @property
     def config(self) -> MoeConfig: ...

@@ -1,13 +1,16 @@
 // MoeLayer: router + expert weights + experts kernel, owned by Python.
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/unique_ptr.h>
 
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 
 #include "bindings.h"
+#include "moe/checkpoint.h"
 #include "moe/error.h"
 #include "moe/layer.h"
 #include "tensors.h"
@@ -48,13 +51,19 @@ MoeConfig config_from(nb::handle preset) {
        nb::cast<std::string>(nb::type_name(preset.type())));
 }
 
-std::unique_ptr<PyLayer> synthetic(nb::handle preset, const std::string& dtype_name, uint64_t seed,
-                                   const std::string& backend, int num_threads, int64_t block_m) {
-  const MoeConfig config = config_from(preset);
+// The weights' dtype of a layer built here: f32, bf16 or f16.
+DType layer_dtype(const std::string& dtype_name) {
   const DType dtype = parse_dtype(dtype_name);
   if (dtype != DType::kF32 && dtype != DType::kBF16 && dtype != DType::kF16) {
     fail("dtype: expected \"f32\", \"bf16\" or \"f16\"; got \"{}\"", dtype_name);
   }
+  return dtype;
+}
+
+std::unique_ptr<PyLayer> synthetic(nb::handle preset, const std::string& dtype_name, uint64_t seed,
+                                   const std::string& backend, int num_threads, int64_t block_m) {
+  const MoeConfig config = config_from(preset);
+  const DType dtype = layer_dtype(dtype_name);
   // Checked before any weight is generated: sizes come straight from the caller.
   validate(config);
   LayerWeights weights;
@@ -63,6 +72,28 @@ std::unique_ptr<PyLayer> synthetic(nb::handle preset, const std::string& dtype_n
     weights = synthetic_layer_weights(config, dtype, seed);
   }
   return make_layer(config, std::move(weights), backend, num_threads, block_m);
+}
+
+// Layer `layer` (None: the first MoE layer) of the Hugging Face checkpoint in folder `dir` (str or
+// os.PathLike).
+std::unique_ptr<PyLayer> from_checkpoint(nb::handle dir, std::optional<int64_t> layer,
+                                         const std::string& dtype_name, const std::string& backend,
+                                         int num_threads, int64_t block_m) {
+  if (!nb::isinstance<nb::str>(dir) && !nb::hasattr(dir, "__fspath__")) {
+    fail("dir: expected a checkpoint folder path (str or os.PathLike); got {}",
+         nb::cast<std::string>(nb::type_name(dir.type())));
+  }
+  const std::string path = nb::cast<std::string>(nb::module_::import_("os").attr("fspath")(dir));
+  const DType dtype = layer_dtype(dtype_name);
+  MoeConfig config;
+  LayerWeights weights;
+  {
+    nb::gil_scoped_release release;
+    const Checkpoint checkpoint = Checkpoint::open(path);
+    config = checkpoint.config();
+    weights = load_moe_layer(checkpoint, layer.value_or(config.first_moe_layer()), dtype);
+  }
+  return make_layer(std::move(config), std::move(weights), backend, num_threads, block_m);
 }
 
 // Runs `f` under the layer's mutex, without the GIL while waiting or computing.
@@ -126,7 +157,8 @@ nb::dict weights(nb::handle self_object) {
 void bind_layer(nb::module_& m) {
   nb::class_<PyLayer>(m, "MoeLayer",
                       "One MoE layer: router, expert weights and experts kernel, with a "
-                      "workspace reused across calls. Build one with MoeLayer.synthetic().")
+                      "workspace reused across calls. Build one with MoeLayer.synthetic() or "
+                      "MoeLayer.from_checkpoint().")
       .def_static("synthetic", &synthetic, nb::arg("preset"), nb::arg("dtype") = "bf16",
                   nb::arg("seed") = 0, nb::kw_only(), nb::arg("backend") = "auto",
                   nb::arg("num_threads") = 0, nb::arg("block_m") = 0,
@@ -136,6 +168,16 @@ preset is a preset name (see preset_names()), a path to a config.json or a check
 holding one, or a MoeConfig. dtype ("f32", "bf16" or "f16") is the weights' type; the same seed
 gives the same weights on every machine. backend ("auto", "cpu" or "reference"), num_threads
 (0: all cores) and block_m (0: the backend's choice) apply to every forward.)")
+      .def_static("from_checkpoint", &from_checkpoint, nb::arg("dir"),
+                  nb::arg("layer") = nb::none(), nb::kw_only(), nb::arg("dtype") = "f32",
+                  nb::arg("backend") = "auto", nb::arg("num_threads") = 0, nb::arg("block_m") = 0,
+                  R"(The MoE block of decoder layer `layer` of a Hugging Face checkpoint.
+
+dir is the checkpoint folder (str or os.PathLike): config.json and model.safetensors, or shards
+listed by model.safetensors.index.json. layer is 0-based; None picks the first MoE layer. dtype
+("f32", "bf16" or "f16") is the weights' type once loaded (biases stay f32; fp8 weights are
+dequantized). backend, num_threads and block_m are as for synthetic(). Raises MoeError naming the
+file or tensor at fault, or listing the MoE layers when `layer` is dense or out of range.)")
       .def("forward", &forward, nb::arg("hidden"),
            "hidden [M, H] float32/bfloat16/float16 -> out [M, H] of the same dtype: a torch "
            "tensor for a torch hidden, else a NumPy array.")
