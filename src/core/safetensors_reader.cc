@@ -18,6 +18,7 @@
 
 #include "core/json_fields.h"
 #include "core/safetensors_format.h"
+#include "core/safetensors_parse.h"
 #include "moe/error.h"
 #include "moe/safetensors.h"
 
@@ -26,14 +27,7 @@ namespace {
 
 using Json = nlohmann::json;
 
-// A tensor's entry as the header states it, before the bytes are looked at.
-struct HeaderEntry {
-  std::string name;
-  DType dtype = DType::kF32;
-  Shape shape;
-  uint64_t begin = 0;
-  uint64_t end = 0;
-};
+using HeaderEntry = SafetensorsEntry;
 
 // Closes a file descriptor on every path out of map_file.
 struct FileDescriptor {
@@ -43,8 +37,8 @@ struct FileDescriptor {
   }
 };
 
-// Maps the file read-only. Files shorter than the length field are refused here, before
-// mapping, so the caller may read the first 8 bytes unchecked.
+// Maps the file read-only. An empty file (which mmap refuses) comes back as {nullptr, 0} for
+// parse_safetensors() to refuse with the other files too short for the length field.
 std::pair<std::byte*, size_t> map_file(const std::string& path) {
   FileDescriptor file{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
   if (file.fd < 0) fail("{}: cannot open: {}", path, std::strerror(errno));
@@ -52,10 +46,7 @@ std::pair<std::byte*, size_t> map_file(const std::string& path) {
   if (::fstat(file.fd, &status) != 0) fail("{}: cannot stat: {}", path, std::strerror(errno));
   if (!S_ISREG(status.st_mode)) fail("{}: not a regular file", path);
   const auto size = static_cast<size_t>(status.st_size);
-  if (size < kSafetensorsLengthBytes) {
-    fail("{}: file too short: {} bytes; a safetensors file starts with an {}-byte header length",
-         path, size, kSafetensorsLengthBytes);
-  }
+  if (size == 0) return {nullptr, 0};
   void* address = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, file.fd, 0);
   if (address == MAP_FAILED) {
     fail("{}: cannot map {} bytes: {}", path, size, std::strerror(errno));
@@ -213,13 +204,13 @@ void check_no_overlap(const std::string& path, std::vector<const HeaderEntry*> e
 
 void SafetensorsFile::Unmap::operator()(std::byte* address) const { ::munmap(address, size); }
 
-SafetensorsFile SafetensorsFile::open(const std::string& path) {
-  SafetensorsFile file;
-  file.path_ = path;
-  const auto [address, size] = map_file(path);
-  file.mapping_ = std::unique_ptr<std::byte, Unmap>(address, Unmap{size});
-
-  const uint64_t header_size = read_little_endian_u64(address);
+SafetensorsLayout parse_safetensors(const std::string& path, std::span<const std::byte> file) {
+  const size_t size = file.size();
+  if (size < kSafetensorsLengthBytes) {
+    fail("{}: file too short: {} bytes; a safetensors file starts with an {}-byte header length",
+         path, size, kSafetensorsLengthBytes);
+  }
+  const uint64_t header_size = read_little_endian_u64(file.data());
   if (header_size == 0) fail("{}: header length is 0; expected a JSON object", path);
   if (header_size > kSafetensorsMaxHeaderBytes) {
     fail("{}: header length {} exceeds the limit of {} bytes; is this a safetensors file?", path,
@@ -228,24 +219,35 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
   if (header_size > size - kSafetensorsLengthBytes) {
     fail("{}: header length {} runs past the end of the file ({} bytes)", path, header_size, size);
   }
-  const auto* header_begin = reinterpret_cast<const char*>(address + kSafetensorsLengthBytes);
+  const auto* header_begin = reinterpret_cast<const char*>(file.data() + kSafetensorsLengthBytes);
   const Json header = parse_header(path, header_begin, header_begin + header_size);
 
-  std::byte* data = address + kSafetensorsLengthBytes + header_size;
-  const uint64_t data_size = size - kSafetensorsLengthBytes - header_size;
-  std::vector<HeaderEntry> entries;
+  SafetensorsLayout layout;
+  layout.data_offset = kSafetensorsLengthBytes + header_size;
+  const uint64_t data_size = size - layout.data_offset;
   for (const auto& [name, value] : header.items()) {
     if (name == kSafetensorsMetadataKey) {
-      file.metadata_ = read_metadata(path, value);
+      layout.metadata = read_metadata(path, value);
     } else {
-      entries.push_back(read_entry(path, name, value, data_size));
+      layout.entries.push_back(read_entry(path, name, value, data_size));
     }
   }
   std::vector<const HeaderEntry*> by_offset;
-  for (const HeaderEntry& entry : entries) by_offset.push_back(&entry);
+  for (const HeaderEntry& entry : layout.entries) by_offset.push_back(&entry);
   check_no_overlap(path, std::move(by_offset));
+  return layout;
+}
 
-  for (const HeaderEntry& entry : entries) {
+SafetensorsFile SafetensorsFile::open(const std::string& path) {
+  SafetensorsFile file;
+  file.path_ = path;
+  const auto [address, size] = map_file(path);
+  file.mapping_ = std::unique_ptr<std::byte, Unmap>(address, Unmap{size});
+  SafetensorsLayout layout = parse_safetensors(path, {address, size});
+
+  std::byte* data = address + layout.data_offset;
+  file.metadata_ = std::move(layout.metadata);
+  for (const HeaderEntry& entry : layout.entries) {
     std::byte* bytes = data + entry.begin;
     const bool aligned = reinterpret_cast<uintptr_t>(bytes) % dtype_size(entry.dtype) == 0;
     if (aligned) {
