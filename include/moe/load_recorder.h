@@ -27,8 +27,8 @@ class LoadRecorder {
 
  private:
   int64_t num_layers_, num_experts_, window_steps_;
-  int64_t current_ = 0;        // ring slot of the step being recorded
-  int64_t closed_steps_ = 0;   // steps closed since construction
+  int64_t current_ = 0;              // ring slot of the step being recorded
+  int64_t closed_steps_ = 0;         // steps closed since construction
   std::vector<int64_t> steps_;       // [window_steps + 1, num_layers, num_experts] ring
   std::vector<int64_t> window_sum_;  // [num_layers, num_experts]
 };

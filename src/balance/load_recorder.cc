@@ -41,8 +41,6 @@ void LoadRecorder::end_step() {
   }
 }
 
-int64_t LoadRecorder::steps_in_window() const {
-  return std::min(closed_steps_, window_steps_);
-}
+int64_t LoadRecorder::steps_in_window() const { return std::min(closed_steps_, window_steps_); }
 
 }  // namespace moe

@@ -38,7 +38,10 @@ TensorView::TensorView(void* data, DType dtype, Shape shape, Device device)
 }
 
 TensorView::TensorView(void* data, DType dtype, Shape shape, Shape strides, Device device)
-    : data(data), dtype(dtype), shape(std::move(shape)), strides(std::move(strides)),
+    : data(data),
+      dtype(dtype),
+      shape(std::move(shape)),
+      strides(std::move(strides)),
       device(device) {
   check_extents(this->shape);
   if (!this->strides.empty() && this->strides.size() != this->shape.size()) {

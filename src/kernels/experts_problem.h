@@ -22,8 +22,8 @@ struct ExpertsProblem {
   const void* w13 = nullptr;  // [E_local, 2I, H] of weight_dtype
   const void* w2 = nullptr;   // [E_local, H, I] of weight_dtype
   DType weight_dtype = DType::kF32;
-  const float* w13_bias = nullptr;  // [E_local, 2I] or null
-  const float* w2_bias = nullptr;   // [E_local, H] or null
+  const float* w13_bias = nullptr;      // [E_local, 2I] or null
+  const float* w2_bias = nullptr;       // [E_local, H] or null
   const float* topk_weights = nullptr;  // [M, k]
   const int32_t* topk_ids = nullptr;    // [M, k], in [0, E)
   const int32_t* expert_map = nullptr;  // [E]: local id or -1; null = identity

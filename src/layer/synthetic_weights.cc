@@ -30,12 +30,11 @@ Tensor synthetic(DType dtype, Shape shape, uint64_t seed, uint64_t tensor_id, fl
     const int64_t end = std::min(count, begin + kChunk);
     std::vector<float> values(static_cast<size_t>(end - begin));
     for (int64_t i = begin; i < end; ++i) {
-      const double unit = static_cast<double>(mix(stream + static_cast<uint64_t>(i)) >> 11) *
-                          0x1.0p-53;  // [0, 1)
+      const double unit =
+          static_cast<double>(mix(stream + static_cast<uint64_t>(i)) >> 11) * 0x1.0p-53;  // [0, 1)
       values[static_cast<size_t>(i - begin)] = static_cast<float>((2 * unit - 1) * half_width);
     }
-    convert_from_f32(values.data(), dtype, t.data<char>() + begin * element_bytes,
-                     values.size());
+    convert_from_f32(values.data(), dtype, t.data<char>() + begin * element_bytes, values.size());
   }
   return t;
 }

@@ -15,8 +15,8 @@ namespace moe {
 void fused_experts(const TensorView& hidden, const TensorView& w13, const TensorView& w2,
                    const TensorView& topk_weights, const TensorView& topk_ids,
                    const TensorView& out, const ExpertsOptions& options, StageTimes* times) {
-  ValidatedExperts validated = validate_experts(hidden, w13, w2, topk_weights, topk_ids, out,
-                                                options);
+  ValidatedExperts validated =
+      validate_experts(hidden, w13, w2, topk_weights, topk_ids, out, options);
   if (times) *times = StageTimes{};
   switch (options.backend) {
     case Backend::kReference:

@@ -54,8 +54,8 @@ void check_topk(const TensorView& topk_weights, const TensorView& topk_ids, int6
            ids[p], p / k, p % k);
     }
     if (!std::isfinite(weights[p])) {
-      fail("topk_weights: expected finite router weights; got {} at token {}, slot {}",
-           weights[p], p / k, p % k);
+      fail("topk_weights: expected finite router weights; got {} at token {}, slot {}", weights[p],
+           p / k, p % k);
     }
   }
 }
@@ -116,8 +116,8 @@ ValidatedExperts validate_experts(const TensorView& hidden, const TensorView& w1
   check_dtype(hidden, "hidden", kFloatTypes);
   pb.num_tokens = hidden.size(0);
   pb.hidden_size = hidden.size(1);
-  if (pb.hidden_size < 1) fail("hidden: expected a hidden size >= 1; got shape {}",
-                               shape_string(hidden.shape));
+  if (pb.hidden_size < 1)
+    fail("hidden: expected a hidden size >= 1; got shape {}", shape_string(hidden.shape));
 
   check_cpu_tensor(w13, "w13");
   check_rank(w13, "w13", 3);
@@ -148,10 +148,9 @@ ValidatedExperts validate_experts(const TensorView& hidden, const TensorView& w1
   check_dtype(out, "out", {hidden.dtype});
   check_shape(out, "out", hidden.shape);
 
-  pb.w13_bias = bias_f32(options.w13_bias, "w13_bias", pb.num_local_experts, two_i,
-                         v.w13_bias_f32);
-  pb.w2_bias = bias_f32(options.w2_bias, "w2_bias", pb.num_local_experts, pb.hidden_size,
-                        v.w2_bias_f32);
+  pb.w13_bias = bias_f32(options.w13_bias, "w13_bias", pb.num_local_experts, two_i, v.w13_bias_f32);
+  pb.w2_bias =
+      bias_f32(options.w2_bias, "w2_bias", pb.num_local_experts, pb.hidden_size, v.w2_bias_f32);
   if (options.shared.defined()) check_shared(options.shared, pb.weight_dtype, pb.hidden_size, pb);
 
   if (options.block_m < 0 || options.block_m > cpu::kMaxBlockM) {

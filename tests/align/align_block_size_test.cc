@@ -15,12 +15,17 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "common/expect_error.h"
+
 #include "common/random_tensors.h"
 #include "kernels/cpu/align_block_size.h"
 #include "moe/error.h"
 
 namespace moe {
 namespace {
+
+using testing::error_message;
+using testing::expect_error;
 
 // One random routing problem; everything follows from `seed`, so the seed alone reproduces it.
 struct Routing {
@@ -202,23 +207,6 @@ std::vector<uint64_t> case_seeds(uint64_t first, int count) {
   std::vector<uint64_t> seeds(static_cast<size_t>(count));
   std::iota(seeds.begin(), seeds.end(), first);
   return seeds;
-}
-
-std::string error_message(const std::function<void()>& call) {
-  try {
-    call();
-  } catch (const Error& error) {
-    return error.what();
-  }
-  return "(no moe::Error thrown)";
-}
-
-// Expects `call` to throw moe::Error whose message contains each of `parts`.
-void expect_error(const std::function<void()>& call, std::initializer_list<const char*> parts) {
-  const std::string message = error_message(call);
-  for (const char* part : parts) {
-    EXPECT_NE(message.find(part), std::string::npos) << "'" << part << "' not in: " << message;
-  }
 }
 
 Tensor ids_tensor(Shape shape, std::vector<int32_t> values) {

@@ -8,28 +8,16 @@
 
 #include <gtest/gtest.h>
 
+#include "common/expect_error.h"
+
 #include "moe/error.h"
 #include "moe/placement.h"
 
 namespace moe {
 namespace {
 
-std::string error_message(const std::function<void()>& call) {
-  try {
-    call();
-  } catch (const Error& error) {
-    return error.what();
-  }
-  return "(no moe::Error thrown)";
-}
-
-// Expects `call` to throw moe::Error whose message contains each of `parts`.
-void expect_error(const std::function<void()>& call, std::initializer_list<const char*> parts) {
-  const std::string message = error_message(call);
-  for (const char* part : parts) {
-    EXPECT_NE(message.find(part), std::string::npos) << "'" << part << "' not in: " << message;
-  }
-}
+using testing::error_message;
+using testing::expect_error;
 
 // A valid problem: 2 layers of 4 experts, top-2, 3 tokens, on 2 nodes of 2 GPUs.
 struct Problem {

@@ -328,13 +328,4 @@ void expect_same_weights(const LayerWeights& got, const LayerWeights& expected) 
   }
 }
 
-std::string error_message(const std::function<void()>& call) {
-  try {
-    call();
-  } catch (const Error& error) {
-    return error.what();
-  }
-  return "(no moe::Error thrown)";
-}
-
 }  // namespace moe::testing

@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/expect_error.h"
 #include "moe/config.h"
 #include "moe/layer.h"
 #include "moe/tensor.h"
@@ -74,8 +75,5 @@ void add_shared(TestCheckpoint& checkpoint, const std::string& block, const std:
 // Expects every tensor of `got` to equal `expected`'s bit for bit (dtype, shape and bytes),
 // undefined ones included.
 void expect_same_weights(const LayerWeights& got, const LayerWeights& expected);
-
-// The message of the moe::Error `call` throws ("(no moe::Error thrown)" when it returns).
-std::string error_message(const std::function<void()>& call);
 
 }  // namespace moe::testing

@@ -89,8 +89,8 @@ Comparison compare(const TensorView& got, const TensorView& expected) {
     }
     if (std::isnan(e)) continue;
     c.max_abs_expected = std::max(c.max_abs_expected, std::abs(e));
-    const double error = std::isinf(e) || std::isinf(g) ? (g == e ? 0.0 : INFINITY)
-                                                         : std::abs(g - e);
+    const double error =
+        std::isinf(e) || std::isinf(g) ? (g == e ? 0.0 : INFINITY) : std::abs(g - e);
     if (error > c.max_abs_error && !c.nan_mismatch) {
       c.max_abs_error = error;
       c.worst_index = i;
@@ -104,10 +104,11 @@ Comparison compare(const TensorView& got, const TensorView& expected) {
 }
 
 std::string Comparison::describe() const {
-  return fmt::format("max_rel_error {:.3g} (max |error| {:.3g}, max |expected| {:.3g}); worst at "
-                     "flat index {}: expected {:.9g}, got {:.9g}{}",
-                     max_rel_error, max_abs_error, max_abs_expected, worst_index, worst_expected,
-                     worst_got, nan_mismatch ? " (NaN where the other has a number)" : "");
+  return fmt::format(
+      "max_rel_error {:.3g} (max |error| {:.3g}, max |expected| {:.3g}); worst at "
+      "flat index {}: expected {:.9g}, got {:.9g}{}",
+      max_rel_error, max_abs_error, max_abs_expected, worst_index, worst_expected, worst_got,
+      nan_mismatch ? " (NaN where the other has a number)" : "");
 }
 
 }  // namespace moe::testing

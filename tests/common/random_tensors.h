@@ -25,10 +25,10 @@ void poison(const TensorView& t);
 
 // Worst element of |got - expected| relative to max |expected| over the whole tensor.
 struct Comparison {
-  double max_abs_error = 0;   // largest |got - expected|
+  double max_abs_error = 0;  // largest |got - expected|
   double max_abs_expected = 0;
-  double max_rel_error = 0;   // max_abs_error / max(max_abs_expected, tiny)
-  int64_t worst_index = -1;   // flat index of the largest error (or of the first NaN mismatch)
+  double max_rel_error = 0;  // max_abs_error / max(max_abs_expected, tiny)
+  int64_t worst_index = -1;  // flat index of the largest error (or of the first NaN mismatch)
   double worst_expected = 0;
   double worst_got = 0;
   bool nan_mismatch = false;  // NaN in one tensor where the other has a number

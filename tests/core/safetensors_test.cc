@@ -15,10 +15,15 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "common/expect_error.h"
+
 #include "moe/error.h"
 
 namespace moe {
 namespace {
+
+using testing::error_message;
+using testing::expect_error;
 
 namespace fs = std::filesystem;
 
@@ -45,23 +50,6 @@ void write_file(const std::string& path, std::string_view bytes) {
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
-std::string error_message(const std::function<void()>& call) {
-  try {
-    call();
-  } catch (const Error& error) {
-    return error.what();
-  }
-  return "(no moe::Error thrown)";
-}
-
-// Expects `call` to throw moe::Error whose message contains each of `parts`.
-void expect_error(const std::function<void()>& call, const std::vector<std::string>& parts) {
-  const std::string message = error_message(call);
-  for (const std::string& part : parts) {
-    EXPECT_NE(message.find(part), std::string::npos) << "'" << part << "' not in: " << message;
-  }
 }
 
 std::string view_bytes(const TensorView& view) {

@@ -34,8 +34,8 @@ void fill_routing(const ExpertsCase& c, const TensorView& ids, const TensorView&
     std::iota(experts.begin(), experts.end(), 0);
     // kSkewed: three tokens in four keep experts 0..k-1, so expert 0 takes most pairs;
     // kAllToOneExpert: every token keeps them, so expert 0 takes every token.
-    const bool shuffle = c.routing == Routing::kUniform ||
-                         (c.routing == Routing::kSkewed && rng() % 4 == 0);
+    const bool shuffle =
+        c.routing == Routing::kUniform || (c.routing == Routing::kSkewed && rng() % 4 == 0);
     if (shuffle) std::shuffle(experts.begin(), experts.end(), rng);
     float total = 0;
     for (int64_t j = 0; j < c.top_k; ++j) {
@@ -122,12 +122,11 @@ Tensor run_reference_f32(const ExpertsInputs& in) {
   const Tensor hidden = Tensor::copy_of(in.hidden, DType::kF32);
   Tensor out(DType::kF32, hidden.shape());
   poison(out);
-  fused_experts(hidden, in.w13, in.w2, in.topk_weights, in.topk_ids, out,
-                [&] {
-                  ExpertsOptions options = in.options;
-                  options.backend = Backend::kReference;
-                  return options;
-                }());
+  fused_experts(hidden, in.w13, in.w2, in.topk_weights, in.topk_ids, out, [&] {
+    ExpertsOptions options = in.options;
+    options.backend = Backend::kReference;
+    return options;
+  }());
   return out;
 }
 

@@ -65,8 +65,7 @@ void expect_layer_matches_reference(const std::string& family, DType dtype, int6
   const TensorView ids = layer.last_topk_ids();
   const TensorView ref_ids = reference.last_topk_ids();
   ASSERT_EQ(ids.shape, ref_ids.shape);
-  EXPECT_TRUE(std::equal(ids.as<int32_t>(), ids.as<int32_t>() + ids.numel(),
-                         ref_ids.as<int32_t>()))
+  EXPECT_TRUE(std::equal(ids.as<int32_t>(), ids.as<int32_t>() + ids.numel(), ref_ids.as<int32_t>()))
       << "routing differs";
   int64_t total = 0;
   const TensorView counts = layer.last_expert_counts();

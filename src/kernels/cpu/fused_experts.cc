@@ -133,8 +133,8 @@ void run_shared_experts(const ExpertsProblem& pb, int64_t block_m, ExpertsWorksp
 
 }  // namespace
 
-void fused_experts(const ExpertsProblem& pb, int64_t block_m, ExpertsWorkspace& ws,
-                   int num_threads, StageTimes* times) {
+void fused_experts(const ExpertsProblem& pb, int64_t block_m, ExpertsWorkspace& ws, int num_threads,
+                   StageTimes* times) {
   num_threads = resolve_num_threads(num_threads);
   const int64_t M = pb.num_tokens, H = pb.hidden_size, I = pb.intermediate_size;
   const int64_t num_pairs = pb.num_pairs();

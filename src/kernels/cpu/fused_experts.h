@@ -17,18 +17,18 @@ inline constexpr int64_t kDefaultBlockM = 32;
 // Buffers of one layer's calls. They only grow, so a steady stream of batches no larger than the
 // largest seen so far allocates nothing.
 struct ExpertsWorkspace {
-  std::vector<int32_t> sorted_pair_ids;  // [max_num_pairs_post_padded]
-  std::vector<int32_t> expert_ids;       // [max blocks]
-  std::vector<int32_t> expert_offsets;   // [E + 1], align scratch
-  std::vector<float> cache13;            // [M*k, max(2I, H)]: cache1, then reused as cache3
-  std::vector<float> cache2;             // [M*k, I]
-  std::vector<int32_t> shared_pair_ids;  // [blocks * block_m]: tokens 0..M-1, then padding
+  std::vector<int32_t> sorted_pair_ids;    // [max_num_pairs_post_padded]
+  std::vector<int32_t> expert_ids;         // [max blocks]
+  std::vector<int32_t> expert_offsets;     // [E + 1], align scratch
+  std::vector<float> cache13;              // [M*k, max(2I, H)]: cache1, then reused as cache3
+  std::vector<float> cache2;               // [M*k, I]
+  std::vector<int32_t> shared_pair_ids;    // [blocks * block_m]: tokens 0..M-1, then padding
   std::vector<int32_t> shared_expert_ids;  // [blocks], all 0
-  std::vector<float> shared_gate;        // [M]: sigmoid(hidden · gate)
-  std::vector<float> shared_cache1;      // [M, 2 Is]
-  std::vector<float> shared_cache2;      // [M, Is]
-  std::vector<float> shared_out;         // [M, H]
-  std::vector<float> gemm_scratch;       // per-thread panels of the grouped GEMM
+  std::vector<float> shared_gate;          // [M]: sigmoid(hidden · gate)
+  std::vector<float> shared_cache1;        // [M, 2 Is]
+  std::vector<float> shared_cache2;        // [M, Is]
+  std::vector<float> shared_out;           // [M, H]
+  std::vector<float> gemm_scratch;         // per-thread panels of the grouped GEMM
 };
 
 // Runs the whole experts half of the layer for a validated problem. block_m in [1, kMaxBlockM].

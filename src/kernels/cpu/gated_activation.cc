@@ -9,8 +9,8 @@ namespace {
 float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 
 template <Activation kActivation>
-void activate_row(const ActivationParams& params, const float* gate, const float* up,
-                  int64_t width, float* out) {
+void activate_row(const ActivationParams& params, const float* gate, const float* up, int64_t width,
+                  float* out) {
   for (int64_t i = 0; i < width; ++i) {
     const float g = gate[i], u = up[i];
     if constexpr (kActivation == Activation::kSilu) {
@@ -40,8 +40,8 @@ void activate(const ActivationParams& params, const float* in, int64_t rows, int
 
 }  // namespace
 
-void gated_activation(const ActivationParams& params, const float* in, int64_t rows,
-                      int64_t width, float* out, int num_threads) {
+void gated_activation(const ActivationParams& params, const float* in, int64_t rows, int64_t width,
+                      float* out, int num_threads) {
   switch (params.activation) {
     case Activation::kSilu:
       return activate<Activation::kSilu>(params, in, rows, width, out, num_threads);

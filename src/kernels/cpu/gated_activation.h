@@ -16,7 +16,7 @@ struct ActivationParams {
 };
 
 // in [rows, 2 * width] f32 -> out [rows, width] f32.
-void gated_activation(const ActivationParams& params, const float* in, int64_t rows,
-                      int64_t width, float* out, int num_threads);
+void gated_activation(const ActivationParams& params, const float* in, int64_t rows, int64_t width,
+                      float* out, int num_threads);
 
 }  // namespace moe::cpu

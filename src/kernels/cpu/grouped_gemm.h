@@ -22,9 +22,9 @@ inline constexpr int64_t kMaxBlockM = 1024;
 struct GroupedGemmArgs {
   const void* a = nullptr;  // [*, k_dim] rows of a_dtype
   DType a_dtype = DType::kF32;
-  int64_t a_row_divisor = 1;        // row of pair p is p / a_row_divisor
-  const float* a_scale = nullptr;   // [num_pairs] or null
-  const void* w = nullptr;          // [num_local_experts, n, k_dim] of w_dtype
+  int64_t a_row_divisor = 1;       // row of pair p is p / a_row_divisor
+  const float* a_scale = nullptr;  // [num_pairs] or null
+  const void* w = nullptr;         // [num_local_experts, n, k_dim] of w_dtype
   DType w_dtype = DType::kF32;
   const float* bias = nullptr;       // [num_local_experts, n] or null
   const float* out_scale = nullptr;  // [num_pairs] or null

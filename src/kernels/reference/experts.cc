@@ -50,8 +50,7 @@ std::vector<double> mlp(const ExpertsProblem& pb, const void* w13, const void* w
 
 }  // namespace
 
-double gated_activation(Activation activation, double gate, double up, double alpha,
-                        double limit) {
+double gated_activation(Activation activation, double gate, double up, double alpha, double limit) {
   switch (activation) {
     case Activation::kSilu:
       return gate * sigmoid(gate) * up;

@@ -11,7 +11,6 @@ namespace moe::reference {
 void fused_experts(const ExpertsProblem& problem);
 
 // act(gate, up) in double, as config.h defines each Activation.
-double gated_activation(Activation activation, double gate, double up, double alpha,
-                        double limit);
+double gated_activation(Activation activation, double gate, double up, double alpha, double limit);
 
 }  // namespace moe::reference

@@ -48,12 +48,12 @@ void count_work(const MoeLayer& layer, BatchReport& report) {
   const double bytes_per_weight = static_cast<double>(dtype_size(layer.weights().w13.dtype()));
   const double expert_weights = 3.0 * static_cast<double>(H * I);
   const double shared_weights = 3.0 * static_cast<double>(H * Is) + (c.experts.shared_gate ? H : 0);
-  report.weight_bytes = bytes_per_weight * (static_cast<double>(E * H) +
-                                            report.experts_touched * expert_weights +
-                                            (M > 0 ? shared_weights : 0.0));
-  report.flops = 2.0 * static_cast<double>(M) *
-                 (static_cast<double>(E * H) + static_cast<double>(k) * expert_weights +
-                  shared_weights);
+  report.weight_bytes =
+      bytes_per_weight * (static_cast<double>(E * H) + report.experts_touched * expert_weights +
+                          (M > 0 ? shared_weights : 0.0));
+  report.flops =
+      2.0 * static_cast<double>(M) *
+      (static_cast<double>(E * H) + static_cast<double>(k) * expert_weights + shared_weights);
 }
 
 void check_against_reference(MoeLayer& layer, MoeLayer& reference, const Tensor& hidden,
@@ -112,8 +112,7 @@ BatchReport measure_batch(MoeLayer& layer, MoeLayer& reference, const BatchSetti
     const auto start = std::chrono::steady_clock::now();
     layer.forward(hidden, out);
     const double us =
-        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
-            .count();
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
     runs.emplace_back(us, layer.last_stage_times());
   }
   std::sort(runs.begin(), runs.end(),

@@ -17,12 +17,12 @@ struct BatchReport {
   // Work of one call.
   int64_t experts_touched = 0;  // experts with at least one pair
   int64_t rows_min = 0, rows_max = 0;
-  double rows_mean = 0;   // pairs per expert over all experts
+  double rows_mean = 0;     // pairs per expert over all experts
   double weight_bytes = 0;  // router + touched experts + shared experts, read once
   double flops = 0;         // router, routed experts and shared experts, 2 per multiply-add
   // Agreement with the reference backend on a sample of tokens.
   int64_t checked_tokens = 0;
-  double max_rel_error = 0;  // max |out - ref| / max |ref| over the sample
+  double max_rel_error = 0;        // max |out - ref| / max |ref| over the sample
   int64_t routing_mismatches = 0;  // sampled tokens whose expert ids differ from the reference
 };
 

@@ -29,8 +29,7 @@ void print_table(const MoeConfig& c, const ParamCounts& p) {
   if (c.experts.shared_intermediate_size > 0) {
     fmt::print(" shared I={}", c.experts.shared_intermediate_size);
   }
-  fmt::print("\n\n{:<28} {:>16} {:>10} {:>12} {:>12}\n", "parameters", "count", "", "bf16",
-             "fp8");
+  fmt::print("\n\n{:<28} {:>16} {:>10} {:>12} {:>12}\n", "parameters", "count", "", "bf16", "fp8");
   const auto row = [](const char* name, int64_t count) {
     fmt::print("{:<28} {:>16} {:>10} {:>12} {:>12}\n", name, count, billions(count),
                gigabytes(param_bytes(count, 16)), gigabytes(param_bytes(count, 8)));
@@ -43,8 +42,8 @@ void print_table(const MoeConfig& c, const ParamCounts& p) {
   row("attention, per layer", p.attention_per_layer);
   row("embeddings and head", p.embedding);
   fmt::print("\nrouted experts hold {:.1f}% of all parameters; a token uses {:.1f}% of them\n",
-             100.0 * p.expert_share(), 100.0 * static_cast<double>(p.active_per_token) /
-                                            static_cast<double>(p.total));
+             100.0 * p.expert_share(),
+             100.0 * static_cast<double>(p.active_per_token) / static_cast<double>(p.total));
 }
 
 nlohmann::json counts_json(const MoeConfig& c, const ParamCounts& p) {
@@ -64,12 +63,14 @@ nlohmann::json counts_json(const MoeConfig& c, const ParamCounts& p) {
           {"dense_layer_params", p.dense_layer},
           {"expert_share", p.expert_share()},
           {"bytes",
-           {{"bf16", {{"total", param_bytes(p.total, 16)},
-                      {"active", param_bytes(p.active_per_token, 16)},
-                      {"per_expert", param_bytes(p.per_expert, 16)}}},
-            {"fp8", {{"total", param_bytes(p.total, 8)},
-                     {"active", param_bytes(p.active_per_token, 8)},
-                     {"per_expert", param_bytes(p.per_expert, 8)}}}}}};
+           {{"bf16",
+             {{"total", param_bytes(p.total, 16)},
+              {"active", param_bytes(p.active_per_token, 16)},
+              {"per_expert", param_bytes(p.per_expert, 16)}}},
+            {"fp8",
+             {{"total", param_bytes(p.total, 8)},
+              {"active", param_bytes(p.active_per_token, 8)},
+              {"per_expert", param_bytes(p.per_expert, 8)}}}}}};
 }
 
 }  // namespace
