@@ -192,7 +192,7 @@ TEST(FusedExperts, NonFiniteHiddenRowChangesNoOtherToken) {
 
 // Expects fused_experts to throw moe::Error whose message contains `needle`.
 template <typename Mutate>
-void expect_error(const char* needle, Mutate mutate) {
+void expect_mutation_error(const char* needle, Mutate mutate) {
   ExpertsCase c;
   c.num_tokens = 3;
   c.seed = 11;
@@ -209,22 +209,26 @@ void expect_error(const char* needle, Mutate mutate) {
 TEST(FusedExperts, BadInputNamesTheArgument) {
   using V = TensorView;
   using O = ExpertsOptions;
-  expect_error("hidden", [](V& h, V&, V&, V&, V&, V&, O&) { h.shape = {96}; });
-  expect_error("topk_ids", [](V& h, V&, V&, V&, V&, V&, O&) { h.shape = {2, 32}; });
-  expect_error("hidden", [](V& h, V&, V&, V&, V&, V&, O&) { h.dtype = DType::kI32; });
-  expect_error("w13", [](V&, V& w13, V&, V&, V&, V&, O&) { w13.shape[1] = 31; });
-  expect_error("w2", [](V&, V&, V& w2, V&, V&, V&, O&) { w2.dtype = DType::kBF16; });
-  expect_error("topk_ids", [](V&, V&, V&, V&, V& ids, V&, O&) { ids.as<int32_t>()[4] = 8; });
-  expect_error("topk_ids", [](V&, V&, V&, V&, V& ids, V&, O&) { ids.as<int32_t>()[0] = -1; });
-  expect_error("topk_ids", [](V&, V&, V&, V&, V& ids, V&, O&) { ids.dtype = DType::kF32; });
-  expect_error("topk_weights", [](V&, V&, V&, V& w, V&, V&, O&) {
+  expect_mutation_error("hidden", [](V& h, V&, V&, V&, V&, V&, O&) { h.shape = {96}; });
+  expect_mutation_error("topk_ids", [](V& h, V&, V&, V&, V&, V&, O&) { h.shape = {2, 32}; });
+  expect_mutation_error("hidden", [](V& h, V&, V&, V&, V&, V&, O&) { h.dtype = DType::kI32; });
+  expect_mutation_error("w13", [](V&, V& w13, V&, V&, V&, V&, O&) { w13.shape[1] = 31; });
+  expect_mutation_error("w2", [](V&, V&, V& w2, V&, V&, V&, O&) { w2.dtype = DType::kBF16; });
+  expect_mutation_error("topk_ids",
+                        [](V&, V&, V&, V&, V& ids, V&, O&) { ids.as<int32_t>()[4] = 8; });
+  expect_mutation_error("topk_ids",
+                        [](V&, V&, V&, V&, V& ids, V&, O&) { ids.as<int32_t>()[0] = -1; });
+  expect_mutation_error("topk_ids",
+                        [](V&, V&, V&, V&, V& ids, V&, O&) { ids.dtype = DType::kF32; });
+  expect_mutation_error("topk_weights", [](V&, V&, V&, V& w, V&, V&, O&) {
     w.as<float>()[2] = std::numeric_limits<float>::quiet_NaN();
   });
-  expect_error("topk_weights", [](V&, V&, V&, V& w, V&, V&, O&) { w.as<float>()[1] = INFINITY; });
-  expect_error("topk_weights", [](V&, V&, V&, V& w, V&, V&, O&) { w.shape = {3, 1}; });
-  expect_error("out", [](V&, V&, V&, V&, V&, V& out, O&) { out.shape = {2, 32}; });
-  expect_error("block_m", [](V&, V&, V&, V&, V&, V&, O& o) { o.block_m = 5000; });
-  expect_error("expert_map", [](V&, V&, V&, V&, V&, V&, O& o) {
+  expect_mutation_error("topk_weights",
+                        [](V&, V&, V&, V& w, V&, V&, O&) { w.as<float>()[1] = INFINITY; });
+  expect_mutation_error("topk_weights", [](V&, V&, V&, V& w, V&, V&, O&) { w.shape = {3, 1}; });
+  expect_mutation_error("out", [](V&, V&, V&, V&, V&, V& out, O&) { out.shape = {2, 32}; });
+  expect_mutation_error("block_m", [](V&, V&, V&, V&, V&, V&, O& o) { o.block_m = 5000; });
+  expect_mutation_error("expert_map", [](V&, V&, V&, V&, V&, V&, O& o) {
     static int32_t map[8] = {0, 1, 2, 3, 4, 5, 6, 9};
     o.expert_map = TensorView(map, DType::kI32, {8});
   });
