@@ -53,6 +53,9 @@ struct ExpertsOptions {
   int64_t block_m = 0;  // rows per block; 0 = the backend's choice
   Backend backend = Backend::kAuto;
   int num_threads = 0;  // 0 = all hardware threads
+  // CUDA backend: the cudaStream_t to run on (null = the legacy default stream). Work is only
+  // queued; the call returns without synchronizing unless stage times are asked for.
+  void* cuda_stream = nullptr;
 };
 
 // hidden [M, H] f32/bf16/f16; w13 [E_local, 2I, H] and w2 [E_local, H, I] of one float dtype;

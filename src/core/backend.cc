@@ -12,6 +12,8 @@ std::string_view backend_name(Backend backend) {
       return "reference";
     case Backend::kCpu:
       return "cpu";
+    case Backend::kCuda:
+      return "cuda";
   }
   return "unknown";
 }
@@ -20,7 +22,16 @@ Backend parse_backend(std::string_view name) {
   if (name == "auto") return Backend::kAuto;
   if (name == "reference") return Backend::kReference;
   if (name == "cpu") return Backend::kCpu;
-  fail("backend: expected one of auto, reference, cpu; got '{}'", name);
+  if (name == "cuda") return Backend::kCuda;
+  fail("backend: expected one of auto, reference, cpu, cuda; got '{}'", name);
+}
+
+bool cuda_available() {
+#ifdef MOE_WITH_CUDA
+  return true;
+#else
+  return false;
+#endif
 }
 
 }  // namespace moe

@@ -212,8 +212,10 @@ void MoeLayer::forward(const TensorView& hidden, const TensorView& out) {
       cpu::fused_experts(problem, block_m, s.workspace, options_.num_threads, &times_);
       return;
     }
+    case Backend::kCuda:
+      break;  // MoeLayer keeps its weights in host memory; the CUDA layer is still to come
   }
-  fail("MoeLayer: unsupported backend {}", static_cast<int>(options_.backend));
+  fail("MoeLayer: the {} backend is not available for layers yet", backend_name(options_.backend));
 }
 
 Tensor MoeLayer::forward(const TensorView& hidden) {

@@ -10,7 +10,50 @@
 #include "moe/error.h"
 #include "ops/experts_validation.h"
 
+#ifdef MOE_WITH_CUDA
+#include <map>
+
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/fused_experts.h"
+#endif
+
 namespace moe {
+namespace {
+
+// The backend that runs a call: the one asked for, which must suit where the tensors live.
+Backend resolve_backend(Backend requested, Device device) {
+  if (device == Device::kCuda) {
+    if (requested != Backend::kAuto && requested != Backend::kCuda) {
+      fail("backend: tensors are on the GPU, so expected auto or cuda; got {}",
+           backend_name(requested));
+    }
+    if (!cuda_available()) fail("hidden: a CUDA tensor, but this build has no CUDA backend");
+    return Backend::kCuda;
+  }
+  if (requested == Backend::kCuda) {
+    fail("backend: cuda needs tensors in GPU memory; hidden is on the CPU");
+  }
+  return requested == Backend::kAuto ? Backend::kCpu : requested;
+}
+
+#ifdef MOE_WITH_CUDA
+// One workspace per thread and device, grown to the largest call seen and then reused.
+void run_cuda(const ExpertsProblem& problem, const ExpertsOptions& options, StageTimes* times) {
+  thread_local std::map<int, cuda::ExpertsRunner> runners;
+  int device = 0;
+  cuda::check(cudaGetDevice(&device), "cudaGetDevice");
+  cuda::ExpertsPlan plan = cuda::default_plan(problem);
+  if (options.block_m > 0 && options.block_m != plan.block_m) {
+    plan.block_m = options.block_m;
+    plan.tiny_batch = false;
+    plan.kernel = cuda::mma_supports_block_m(options.block_m) ? cuda::GemmKernel::kMma
+                                                              : cuda::GemmKernel::kStream;
+  }
+  runners[device].run(problem, plan, static_cast<cudaStream_t>(options.cuda_stream), times);
+}
+#endif
+
+}  // namespace
 
 void fused_experts(const TensorView& hidden, const TensorView& w13, const TensorView& w2,
                    const TensorView& topk_weights, const TensorView& topk_ids,
@@ -18,7 +61,7 @@ void fused_experts(const TensorView& hidden, const TensorView& w13, const Tensor
   ValidatedExperts validated =
       validate_experts(hidden, w13, w2, topk_weights, topk_ids, out, options);
   if (times) *times = StageTimes{};
-  switch (options.backend) {
+  switch (resolve_backend(options.backend, hidden.device)) {
     case Backend::kReference:
       reference::fused_experts(validated.problem);
       return;
@@ -29,8 +72,15 @@ void fused_experts(const TensorView& hidden, const TensorView& w13, const Tensor
       cpu::fused_experts(validated.problem, block_m, workspace, options.num_threads, times);
       return;
     }
+    case Backend::kCuda:
+#ifdef MOE_WITH_CUDA
+      run_cuda(validated.problem, options, times);
+      return;
+#else
+      break;
+#endif
   }
-  fail("fused_experts: unsupported backend {}", static_cast<int>(options.backend));
+  fail("fused_experts: unsupported backend {}", backend_name(options.backend));
 }
 
 Tensor fused_experts(const TensorView& hidden, const TensorView& w13, const TensorView& w2,

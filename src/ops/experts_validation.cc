@@ -11,8 +11,9 @@ namespace {
 
 constexpr std::initializer_list<DType> kFloatTypes = {DType::kF32, DType::kBF16, DType::kF16};
 
-void check_cpu_tensor(const TensorView& t, const char* name) {
-  check_device(t, name, Device::kCpu);
+// Every tensor of one call lives on hidden's device.
+void check_tensor(const TensorView& t, const char* name, Device device) {
+  check_device(t, name, device);
   check_contiguous(t, name);
   if (t.numel() > 0 && t.data == nullptr) fail("{}: data pointer is null", name);
 }
@@ -21,7 +22,7 @@ void check_cpu_tensor(const TensorView& t, const char* name) {
 const float* bias_f32(const TensorView& bias, const char* name, int64_t rows, int64_t cols,
                       Tensor& storage) {
   if (bias.empty()) return nullptr;
-  check_cpu_tensor(bias, name);
+  check_tensor(bias, name, Device::kCpu);
   check_dtype(bias, name, kFloatTypes);
   check_shape(bias, name, {rows, cols});
   if (bias.dtype == DType::kF32) return bias.as<float>();
@@ -30,9 +31,9 @@ const float* bias_f32(const TensorView& bias, const char* name, int64_t rows, in
 }
 
 void check_topk(const TensorView& topk_weights, const TensorView& topk_ids, int64_t num_tokens,
-                int64_t num_experts) {
-  check_cpu_tensor(topk_ids, "topk_ids");
-  check_cpu_tensor(topk_weights, "topk_weights");
+                int64_t num_experts, Device device) {
+  check_tensor(topk_ids, "topk_ids", device);
+  check_tensor(topk_weights, "topk_weights", device);
   check_dtype(topk_ids, "topk_ids", {DType::kI32});
   check_dtype(topk_weights, "topk_weights", {DType::kF32});
   check_rank(topk_ids, "topk_ids", 2);
@@ -46,6 +47,9 @@ void check_topk(const TensorView& topk_weights, const TensorView& topk_ids, int6
          num_experts, k);
   }
   check_shape(topk_weights, "topk_weights", topk_ids.shape);
+  // Device memory is not read here (that would synchronize): the CUDA kernels skip ids outside
+  // [0, E) instead, so such a pair adds nothing and touches no other token.
+  if (device != Device::kCpu) return;
   const int32_t* ids = topk_ids.as<int32_t>();
   const float* weights = topk_weights.as<float>();
   for (int64_t p = 0; p < topk_ids.numel(); ++p) {
@@ -60,10 +64,11 @@ void check_topk(const TensorView& topk_weights, const TensorView& topk_ids, int6
   }
 }
 
-void check_expert_map(const TensorView& map, int64_t num_local_experts) {
-  check_cpu_tensor(map, "expert_map");
+void check_expert_map(const TensorView& map, int64_t num_local_experts, Device device) {
+  check_tensor(map, "expert_map", device);
   check_dtype(map, "expert_map", {DType::kI32});
   check_rank(map, "expert_map", 1);
+  if (device != Device::kCpu) return;  // the CUDA kernels treat bad entries as not local
   const int32_t* entries = map.as<int32_t>();
   for (int64_t e = 0; e < map.numel(); ++e) {
     if (entries[e] < -1 || entries[e] >= num_local_experts) {
@@ -75,8 +80,8 @@ void check_expert_map(const TensorView& map, int64_t num_local_experts) {
 
 void check_shared(const SharedExpertWeights& shared, DType weight_dtype, int64_t hidden_size,
                   ExpertsProblem& problem) {
-  check_cpu_tensor(shared.w13, "shared.w13");
-  check_cpu_tensor(shared.w2, "shared.w2");
+  check_tensor(shared.w13, "shared.w13", Device::kCpu);
+  check_tensor(shared.w2, "shared.w2", Device::kCpu);
   check_rank(shared.w13, "shared.w13", 2);
   check_dtype(shared.w13, "shared.w13", {weight_dtype});
   check_dtype(shared.w2, "shared.w2", {weight_dtype});
@@ -91,7 +96,7 @@ void check_shared(const SharedExpertWeights& shared, DType weight_dtype, int64_t
   problem.shared_w13 = shared.w13.data;
   problem.shared_w2 = shared.w2.data;
   if (!shared.gate.empty()) {
-    check_cpu_tensor(shared.gate, "shared.gate");
+    check_tensor(shared.gate, "shared.gate", Device::kCpu);
     check_dtype(shared.gate, "shared.gate", {weight_dtype});
     if (shared.gate.numel() != hidden_size || shared.gate.dim() > 2 ||
         (shared.gate.dim() == 2 && shared.gate.size(0) != 1)) {
@@ -99,6 +104,27 @@ void check_shared(const SharedExpertWeights& shared, DType weight_dtype, int64_t
            shape_string(shared.gate.shape));
     }
     problem.shared_gate = shared.gate.data;
+  }
+}
+
+// What the CUDA backend runs today; the rest is refused before launch rather than done wrong.
+void check_cuda_support(const ExpertsOptions& options, DType hidden_dtype, DType weight_dtype) {
+  if (hidden_dtype != DType::kBF16 || weight_dtype != DType::kBF16) {
+    fail("fused_experts on CUDA: expected bf16 hidden and weights; got hidden {}, weights {}",
+         dtype_name(hidden_dtype), dtype_name(weight_dtype));
+  }
+  if (options.activation != Activation::kSilu) {
+    fail("fused_experts on CUDA: only the SiLU-gated activation is implemented; got {}",
+         activation_name(options.activation));
+  }
+  if (!options.w13_bias.empty() || !options.w2_bias.empty()) {
+    fail("fused_experts on CUDA: expert biases (w13_bias, w2_bias) are not implemented yet");
+  }
+  if (options.apply_router_weight_on_input) {
+    fail("fused_experts on CUDA: apply_router_weight_on_input is not implemented yet");
+  }
+  if (options.shared.defined()) {
+    fail("fused_experts on CUDA: shared experts are not implemented yet; run them separately");
   }
 }
 
@@ -111,7 +137,8 @@ ValidatedExperts validate_experts(const TensorView& hidden, const TensorView& w1
   ValidatedExperts v;
   ExpertsProblem& pb = v.problem;
 
-  check_cpu_tensor(hidden, "hidden");
+  const Device device = hidden.device;
+  check_tensor(hidden, "hidden", device);
   check_rank(hidden, "hidden", 2);
   check_dtype(hidden, "hidden", kFloatTypes);
   pb.num_tokens = hidden.size(0);
@@ -119,7 +146,7 @@ ValidatedExperts validate_experts(const TensorView& hidden, const TensorView& w1
   if (pb.hidden_size < 1)
     fail("hidden: expected a hidden size >= 1; got shape {}", shape_string(hidden.shape));
 
-  check_cpu_tensor(w13, "w13");
+  check_tensor(w13, "w13", device);
   check_rank(w13, "w13", 3);
   check_dtype(w13, "w13", kFloatTypes);
   pb.num_local_experts = w13.size(0);
@@ -130,24 +157,25 @@ ValidatedExperts validate_experts(const TensorView& hidden, const TensorView& w1
   }
   pb.intermediate_size = two_i / 2;
   check_shape(w13, "w13", {pb.num_local_experts, two_i, pb.hidden_size});
-  check_cpu_tensor(w2, "w2");
+  check_tensor(w2, "w2", device);
   check_dtype(w2, "w2", {w13.dtype});
   check_shape(w2, "w2", {pb.num_local_experts, pb.hidden_size, pb.intermediate_size});
   pb.weight_dtype = w13.dtype;
 
   pb.num_experts = pb.num_local_experts;
   if (!options.expert_map.empty()) {
-    check_expert_map(options.expert_map, pb.num_local_experts);
+    check_expert_map(options.expert_map, pb.num_local_experts, device);
     pb.num_experts = options.expert_map.numel();
     pb.expert_map = options.expert_map.as<int32_t>();
   }
-  check_topk(topk_weights, topk_ids, pb.num_tokens, pb.num_experts);
+  check_topk(topk_weights, topk_ids, pb.num_tokens, pb.num_experts, device);
   pb.top_k = topk_ids.size(1);
 
-  check_cpu_tensor(out, "out");
+  check_tensor(out, "out", device);
   check_dtype(out, "out", {hidden.dtype});
   check_shape(out, "out", hidden.shape);
 
+  if (device == Device::kCuda) check_cuda_support(options, hidden.dtype, w13.dtype);
   pb.w13_bias = bias_f32(options.w13_bias, "w13_bias", pb.num_local_experts, two_i, v.w13_bias_f32);
   pb.w2_bias =
       bias_f32(options.w2_bias, "w2_bias", pb.num_local_experts, pb.hidden_size, v.w2_bias_f32);

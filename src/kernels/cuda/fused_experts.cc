@@ -1,0 +1,193 @@
+#include "kernels/cuda/fused_experts.h"
+
+#include <algorithm>
+#include <array>
+
+#include "kernels/cuda/align_block_size.h"
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/moe_sum.h"
+#include "moe/align.h"
+#include "moe/error.h"
+
+namespace moe::cuda {
+namespace {
+
+int64_t chunk_tokens(const ExpertsProblem& problem) {
+  return std::min(problem.num_tokens, kChunkTokens);
+}
+
+int64_t max_padded(const ExpertsProblem& problem, const ExpertsPlan& plan) {
+  const int64_t pairs = chunk_tokens(problem) * problem.top_k;
+  if (plan.tiny_batch) return pairs;
+  return max_num_pairs_post_padded(pairs, problem.num_experts, plan.block_m);
+}
+
+// Elapsed milliseconds between consecutive events, recorded on the stream around each stage.
+class StageClock {
+ public:
+  explicit StageClock(bool enabled) : enabled_(enabled) {
+    if (!enabled_) return;
+    for (auto& event : events_) check(cudaEventCreate(&event), "cudaEventCreate");
+  }
+  ~StageClock() {
+    if (!enabled_) return;
+    for (auto& event : events_) cudaEventDestroy(event);
+  }
+  void mark(int stage, cudaStream_t stream) {
+    if (enabled_) check(cudaEventRecord(events_[stage], stream), "cudaEventRecord");
+  }
+  // Microseconds from mark `from` to mark `to` (waits for `to`).
+  double us(int from, int to) {
+    check(cudaEventSynchronize(events_[to]), "cudaEventSynchronize");
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, events_[from], events_[to]), "cudaEventElapsedTime");
+    return ms * 1000.0;
+  }
+
+ private:
+  bool enabled_;
+  std::array<cudaEvent_t, 5> events_{};
+};
+
+}  // namespace
+
+ExpertsPlan default_plan(const ExpertsProblem& problem) {
+  const int64_t pairs = problem.num_pairs();
+  const int64_t experts = std::max<int64_t>(problem.num_local_experts, 1);
+  const double rows_per_expert = static_cast<double>(pairs) / static_cast<double>(experts);
+  const bool rows_aligned = problem.hidden_size % 8 == 0 && problem.intermediate_size % 8 == 0;
+  ExpertsPlan plan;
+  if (problem.num_tokens <= 1 && problem.expert_map == nullptr) {
+    // One token: its k experts are distinct, so one pair per block reads each expert once.
+    plan = {GemmKernel::kStream, 1, true};
+  } else if (rows_per_expert <= 2 || !rows_aligned) {
+    plan = {GemmKernel::kStream, rows_per_expert <= 1 ? 4 : kMaxStreamRows, false};
+  } else if (rows_per_expert <= 8) {
+    plan = {GemmKernel::kStream, kMaxStreamRows, false};
+  } else {
+    plan = {GemmKernel::kMma, rows_per_expert < 256 ? 64 : 128, false};
+  }
+  return plan;
+}
+
+void check_plan(const ExpertsPlan& plan, const ExpertsProblem& problem) {
+  if (plan.tiny_batch && (plan.block_m != 1 || problem.expert_map != nullptr)) {
+    fail("plan: the tiny-batch path needs block_m 1 and no expert map; got block_m {}{}",
+         plan.block_m, problem.expert_map != nullptr ? " with an expert map" : "");
+  }
+  if (plan.kernel == GemmKernel::kStream && (plan.block_m < 1 || plan.block_m > kMaxStreamRows)) {
+    fail("plan: the stream kernel takes block_m in [1, {}]; got {}", kMaxStreamRows, plan.block_m);
+  }
+  if (plan.kernel == GemmKernel::kMma) {
+    if (!mma_supports_block_m(plan.block_m)) {
+      fail("plan: the tensor-core kernel takes block_m 64 or 128; got {}", plan.block_m);
+    }
+    if (problem.hidden_size % 8 != 0 || problem.intermediate_size % 8 != 0) {
+      fail("plan: the tensor-core kernel needs H and I multiples of 8; got H {}, I {}",
+           problem.hidden_size, problem.intermediate_size);
+    }
+  }
+}
+
+void ExpertsRunner::reserve(const ExpertsProblem& problem, const ExpertsPlan& plan) {
+  const int64_t padded = max_padded(problem, plan);
+  const int64_t pairs = chunk_tokens(problem) * problem.top_k;
+  sorted_pair_ids_.reserve(std::max<int64_t>(padded, 1) * sizeof(int32_t));
+  expert_ids_.reserve(std::max<int64_t>(padded / plan.block_m, 1) * sizeof(int32_t));
+  num_pairs_post_padded_.reserve(sizeof(int32_t));
+  cache2_.reserve(std::max<int64_t>(pairs * problem.intermediate_size, 1) * 2);
+  cache3_.reserve(std::max<int64_t>(pairs * problem.hidden_size, 1) * 2);
+}
+
+size_t ExpertsRunner::workspace_bytes() const {
+  return sorted_pair_ids_.capacity() + expert_ids_.capacity() + num_pairs_post_padded_.capacity() +
+         cache2_.capacity() + cache3_.capacity();
+}
+
+void ExpertsRunner::run(const ExpertsProblem& problem, const ExpertsPlan& plan, cudaStream_t stream,
+                        StageTimes* times) {
+  check_plan(plan, problem);
+  if (times) *times = StageTimes{};
+  if (problem.num_tokens == 0) return;
+  reserve(problem, plan);
+
+  const int64_t H = problem.hidden_size, I = problem.intermediate_size, k = problem.top_k;
+  const int64_t local_experts = problem.num_local_experts;
+  auto* sorted = static_cast<int32_t*>(sorted_pair_ids_.data());
+  auto* expert_ids = static_cast<int32_t*>(expert_ids_.data());
+  auto* num_padded = static_cast<int32_t*>(num_pairs_post_padded_.data());
+
+  for (int64_t t0 = 0; t0 < problem.num_tokens; t0 += kChunkTokens) {
+    const int64_t m = std::min(kChunkTokens, problem.num_tokens - t0);
+    const int64_t pairs = m * k;
+    const int32_t* topk_ids = problem.topk_ids + t0 * k;
+    StageClock clock(times != nullptr);
+
+    clock.mark(0, stream);
+    AlignArgs align{topk_ids,      problem.expert_map, pairs,  problem.num_experts,
+                    local_experts, plan.block_m,       sorted, expert_ids,
+                    num_padded};
+    if (plan.tiny_batch) {
+      align_tiny_batch(align, stream);
+    } else {
+      align_block_size(align, stream);
+    }
+    clock.mark(1, stream);
+
+    const int64_t max_blocks =
+        (plan.tiny_batch ? pairs
+                         : max_num_pairs_post_padded(pairs, problem.num_experts, plan.block_m)) /
+        plan.block_m;
+    GroupedGemmArgs gemm;
+    gemm.sorted_pair_ids = sorted;
+    gemm.expert_ids = expert_ids;
+    gemm.num_pairs_post_padded = num_padded;
+    gemm.num_pairs = pairs;
+    gemm.block_m = plan.block_m;
+    gemm.max_blocks = max_blocks;
+    gemm.num_local_experts = local_experts;
+
+    gemm.input = static_cast<const uint16_t*>(problem.hidden) + t0 * H;
+    gemm.row_divisor = k;
+    gemm.weights = problem.w13;
+    gemm.weight_rows = 2 * I;
+    gemm.k_dim = H;
+    gemm.out_columns = I;
+    gemm.out = cache2_.data();
+    gemm.topk_weights = nullptr;
+    grouped_gemm(plan.kernel, /*gated=*/true, gemm, stream);
+    clock.mark(2, stream);
+
+    gemm.input = cache2_.data();
+    gemm.row_divisor = 1;
+    gemm.weights = problem.w2;
+    gemm.weight_rows = H;
+    gemm.k_dim = I;
+    gemm.out_columns = H;
+    gemm.out = cache3_.data();
+    gemm.topk_weights = problem.topk_weights + t0 * k;
+    grouped_gemm(plan.kernel, /*gated=*/false, gemm, stream);
+    clock.mark(3, stream);
+
+    SumArgs sum{cache3_.data(),
+                topk_ids,
+                problem.expert_map,
+                problem.num_experts,
+                local_experts,
+                m,
+                k,
+                H,
+                static_cast<uint16_t*>(problem.out) + t0 * H};
+    moe_sum(sum, stream);
+    clock.mark(4, stream);
+
+    if (times) {
+      times->align_us += clock.us(0, 1);
+      times->gemm1_us += clock.us(1, 2);
+      times->gemm2_us += clock.us(2, 3);
+      times->sum_us += clock.us(3, 4);
+    }
+  }
+}
+
+}  // namespace moe::cuda

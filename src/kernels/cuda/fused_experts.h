@@ -1,0 +1,50 @@
+// The experts on the GPU: align, gemm1 (+ SiLU-and-multiply), gemm2 (+ router weight), sum.
+// bf16 hidden and weights; validated at the API edge (src/ops). Long batches run in chunks of
+// kChunkTokens so the workspace stays bounded.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/device_buffer.h"
+#include "kernels/cuda/grouped_gemm.h"
+#include "kernels/experts_problem.h"
+#include "moe/experts.h"
+
+namespace moe::cuda {
+
+inline constexpr int64_t kChunkTokens = 16384;
+
+// How one call runs: which grouped-GEMM kernel, rows per aligned block, and whether align takes
+// the tiny-batch path (one pair per block, no sort).
+struct ExpertsPlan {
+  GemmKernel kernel = GemmKernel::kStream;
+  int64_t block_m = 16;
+  bool tiny_batch = false;
+};
+
+// The built-in choice when no tuned entry exists: the stream kernel while experts see few rows
+// (weights dominate), tensor cores once rows per expert make the GEMMs compute-bound.
+ExpertsPlan default_plan(const ExpertsProblem& problem);
+
+// Throws moe::Error when `plan` cannot run `problem` (block_m the kernel does not take, rows
+// the tensor-core kernel cannot load, tiny batch with block_m != 1 or an expert map).
+void check_plan(const ExpertsPlan& plan, const ExpertsProblem& problem);
+
+// Owns the device workspace. After the first call of a given shape, later calls of that shape
+// or smaller allocate nothing and never synchronize, so they can be captured in a CUDA graph.
+class ExpertsRunner {
+ public:
+  // `times`, if given, gets per-stage GPU times (events; this synchronizes the stream).
+  void run(const ExpertsProblem& problem, const ExpertsPlan& plan, cudaStream_t stream,
+           StageTimes* times = nullptr);
+  // Sizes the workspace for `problem` and `plan` without running anything.
+  void reserve(const ExpertsProblem& problem, const ExpertsPlan& plan);
+  size_t workspace_bytes() const;
+
+ private:
+  DeviceBuffer sorted_pair_ids_, expert_ids_, num_pairs_post_padded_, cache2_, cache3_;
+};
+
+}  // namespace moe::cuda

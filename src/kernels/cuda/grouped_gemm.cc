@@ -1,0 +1,41 @@
+#include "kernels/cuda/grouped_gemm.h"
+
+#include "kernels/cuda/grouped_gemm_launch.h"
+#include "moe/error.h"
+
+namespace moe::cuda {
+namespace {
+
+bool aligned16(const void* pointer) { return reinterpret_cast<uintptr_t>(pointer) % 16 == 0; }
+
+}  // namespace
+
+bool mma_supports_block_m(int64_t block_m) { return block_m == 64 || block_m == 128; }
+
+bool mma_supports(const GroupedGemmArgs& args) {
+  return args.k_dim % 8 == 0 && aligned16(args.input) && aligned16(args.weights);
+}
+
+void grouped_gemm(GemmKernel kernel, bool gated, const GroupedGemmArgs& args, cudaStream_t stream) {
+  if (args.max_blocks == 0 || args.out_columns == 0) return;
+  switch (kernel) {
+    case GemmKernel::kStream:
+      if (args.block_m < 1 || args.block_m > kMaxStreamRows) {
+        fail("grouped_gemm: the stream kernel takes block_m in [1, {}]; got {}", kMaxStreamRows,
+             args.block_m);
+      }
+      stream_grouped_gemm(gated, args, mma_supports(args), stream);
+      return;
+    case GemmKernel::kMma:
+      if (!mma_supports_block_m(args.block_m) || !mma_supports(args)) {
+        fail(
+            "grouped_gemm: the tensor-core kernel needs block_m 64 or 128, K % 8 == 0 and "
+            "16-byte aligned rows; got block_m {}, K {}",
+            args.block_m, args.k_dim);
+      }
+      mma_grouped_gemm(gated, args, stream);
+      return;
+  }
+}
+
+}  // namespace moe::cuda

@@ -1,0 +1,54 @@
+// The two grouped GEMMs of the experts on the GPU, bf16 in, f32 accumulation, bf16 out.
+//
+//   gemm1  cache2[p] = silu(x · w13[e][:I]^T) * (x · w13[e][I:]^T),  x = hidden[p / k]
+//   gemm2  cache3[p] = topk_weights[p] * (cache2[p] · w2[e]^T)
+//
+// Both walk the blocks of align_block_size: block b holds up to block_m pair ids of the one
+// expert expert_ids[b] (-1: not local, skipped). Input rows are read in place through the pair
+// id; nothing is gathered into a per-expert copy. Blocks past num_pairs_post_padded exit at once,
+// so the grid is sized once from the upper bound and no host synchronization is needed.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace moe::cuda {
+
+struct GroupedGemmArgs {
+  const void* input = nullptr;  // bf16 rows: hidden [M, K] (gemm1) or cache2 [P, K] (gemm2)
+  int64_t row_divisor = 1;      // input row of pair p = p / row_divisor (k for gemm1, 1 for gemm2)
+  const void* weights = nullptr;  // bf16 [E_local, weight_rows, K]
+  int64_t weight_rows = 0;        // 2I (gemm1) or H (gemm2)
+  int64_t num_local_experts = 0;
+  int64_t k_dim = 0;                    // K: H (gemm1) or I (gemm2)
+  int64_t out_columns = 0;              // I (gemm1) or H (gemm2)
+  void* out = nullptr;                  // bf16 [P, out_columns], rows in pair order
+  const float* topk_weights = nullptr;  // [P]: gemm2 scales row p by it; null = no scaling
+
+  const int32_t* sorted_pair_ids = nullptr;
+  const int32_t* expert_ids = nullptr;
+  const int32_t* num_pairs_post_padded = nullptr;
+  int64_t num_pairs = 0;   // P = M * k: pair ids >= P are padding
+  int64_t block_m = 0;     // rows per aligned block
+  int64_t max_blocks = 0;  // upper bound of num_pairs_post_padded / block_m
+};
+
+// Which kernel runs a grouped GEMM.
+enum class GemmKernel : uint8_t {
+  kStream,  // decode: few rows per expert; each expert's weights streamed once from HBM
+  kMma,     // prefill: tensor-core tiles (mma.sync bf16), multi-stage cp.async pipeline
+};
+
+// Rows per block each kernel accepts: the stream kernel any block_m up to kMaxStreamRows, the
+// tensor-core kernel exactly one of its tile heights.
+inline constexpr int64_t kMaxStreamRows = 16;
+bool mma_supports_block_m(int64_t block_m);  // 64 or 128
+
+// The tensor-core kernel needs 16-byte aligned rows: K % 8 == 0 and aligned base pointers.
+bool mma_supports(const GroupedGemmArgs& args);
+
+// gated = true: gemm1 with SiLU-and-multiply fused into the epilogue (weight_rows = 2 * columns).
+void grouped_gemm(GemmKernel kernel, bool gated, const GroupedGemmArgs& args, cudaStream_t stream);
+
+}  // namespace moe::cuda

@@ -1,0 +1,62 @@
+// One thread per 8 output elements of a token. Each pair's row is only read when its expert was
+// computed here, so rows of skipped pairs (ids out of range, experts of other ranks) need no
+// zeroing and one bad id never touches another token.
+#include <cuda_bf16.h>
+
+#include "kernels/cuda/bf16_math.cuh"
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/moe_sum.h"
+
+namespace moe::cuda {
+namespace {
+
+constexpr int kThreads = 128;
+
+__device__ bool pair_computed(const SumArgs& a, int32_t id) {
+  if (id < 0 || id >= a.num_experts) return false;
+  if (a.expert_map == nullptr) return true;
+  const int32_t local = a.expert_map[id];
+  return local >= 0 && local < a.num_local_experts;
+}
+
+template <bool kAligned>
+__global__ void __launch_bounds__(kThreads) sum_kernel(SumArgs a) {
+  const int64_t token = blockIdx.y;
+  const int64_t h = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) * 8;
+  const int64_t H = a.hidden_size;
+  if (h >= H) return;
+  const auto* cache3 = static_cast<const __nv_bfloat16*>(a.cache3);
+  float sum[8] = {};
+  for (int64_t j = 0; j < a.top_k; ++j) {
+    const int64_t pair = token * a.top_k + j;
+    if (!pair_computed(a, a.topk_ids[pair])) continue;
+    float row[8];
+    bf16x8_to_float(load_bf16x8<kAligned, false>(cache3 + pair * H, h, H), row);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) sum[e] += row[e];
+  }
+  auto* out = static_cast<__nv_bfloat16*>(a.out) + token * H;
+#pragma unroll
+  for (int e = 0; e < 8; ++e) {
+    if (h + e < H) out[h + e] = __float2bfloat16(sum[e]);
+  }
+}
+
+}  // namespace
+
+void moe_sum(const SumArgs& args, cudaStream_t stream) {
+  if (args.num_tokens == 0) return;
+  const int64_t per_block = kThreads * 8;
+  const dim3 grid(static_cast<unsigned>((args.hidden_size + per_block - 1) / per_block),
+                  static_cast<unsigned>(args.num_tokens));
+  const bool aligned =
+      args.hidden_size % 8 == 0 && reinterpret_cast<uintptr_t>(args.cache3) % 16 == 0;
+  if (aligned) {
+    sum_kernel<true><<<grid, kThreads, 0, stream>>>(args);
+  } else {
+    sum_kernel<false><<<grid, kThreads, 0, stream>>>(args);
+  }
+  check_launch("moe_sum");
+}
+
+}  // namespace moe::cuda

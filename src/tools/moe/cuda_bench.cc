@@ -1,0 +1,281 @@
+#include "tools/moe/cuda_bench.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <numeric>
+#include <random>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/device_buffer.h"
+#include "kernels/cuda/fill_random.h"
+#include "kernels/cuda/fused_experts.h"
+#include "kernels/experts_problem.h"
+#include "moe/error.h"
+
+namespace moe::cli {
+namespace {
+
+using cuda::check;
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  return values[values.size() / 2];
+}
+
+// Times `body` (queued on `stream`) with events: median over `repeats` after two warm-ups.
+template <typename Body>
+double median_us(cudaStream_t stream, int repeats, Body body) {
+  cudaEvent_t start, stop;
+  check(cudaEventCreate(&start), "cudaEventCreate");
+  check(cudaEventCreate(&stop), "cudaEventCreate");
+  std::vector<double> times;
+  for (int i = 0; i < repeats + 2; ++i) {
+    check(cudaEventRecord(start, stream), "cudaEventRecord");
+    body();
+    check(cudaEventRecord(stop, stream), "cudaEventRecord");
+    check(cudaEventSynchronize(stop), "cudaEventSynchronize");
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+    if (i >= 2) times.push_back(ms * 1000.0);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return median(times);
+}
+
+std::string plan_name(const cuda::ExpertsPlan& plan) {
+  if (plan.tiny_batch) return "tiny/1";
+  return fmt::format("{}/{}", plan.kernel == cuda::GemmKernel::kMma ? "mma" : "stream",
+                     plan.block_m);
+}
+
+// The plans worth timing at this size: the stream kernel re-reads an expert's weights for every
+// block of rows, so it is skipped once experts average more than two blocks' worth.
+std::vector<cuda::ExpertsPlan> candidate_plans(const ExpertsProblem& problem) {
+  std::vector<cuda::ExpertsPlan> plans;
+  const int64_t pairs = problem.num_tokens * problem.top_k;
+  const double rows_per_expert = static_cast<double>(pairs) / problem.num_experts;
+  if (pairs * 4 <= problem.num_experts) plans.push_back({cuda::GemmKernel::kStream, 1, true});
+  for (int64_t block_m : {4, 16}) {
+    if (rows_per_expert <= 2.0 * block_m) {
+      plans.push_back({cuda::GemmKernel::kStream, block_m, false});
+    }
+  }
+  if (rows_per_expert >= 1) {
+    for (int64_t block_m : {64, 128}) plans.push_back({cuda::GemmKernel::kMma, block_m, false});
+  }
+  return plans;
+}
+
+// One routing: k distinct uniform experts per token, weights that sum to one.
+struct Routing {
+  std::vector<int32_t> ids;
+  std::vector<float> weights;
+  int64_t distinct = 0;
+};
+
+Routing random_routing(int64_t tokens, int64_t k, int64_t experts, std::mt19937_64& rng) {
+  Routing r;
+  r.ids.resize(tokens * k);
+  r.weights.resize(tokens * k);
+  std::vector<int32_t> pool(experts);
+  std::vector<bool> touched(experts, false);
+  std::uniform_real_distribution<float> uniform(0.1f, 1.0f);
+  for (int64_t t = 0; t < tokens; ++t) {
+    std::iota(pool.begin(), pool.end(), 0);
+    float sum = 0;
+    for (int64_t j = 0; j < k; ++j) {
+      std::swap(pool[j], pool[j + rng() % (experts - j)]);
+      r.ids[t * k + j] = pool[j];
+      touched[pool[j]] = true;
+      r.weights[t * k + j] = uniform(rng);
+      sum += r.weights[t * k + j];
+    }
+    for (int64_t j = 0; j < k; ++j) r.weights[t * k + j] /= sum;
+  }
+  r.distinct = std::count(touched.begin(), touched.end(), true);
+  return r;
+}
+
+void upload(cuda::DeviceBuffer& buffer, const void* host, size_t bytes) {
+  buffer.reserve(std::max<size_t>(bytes, 1));
+  check(cudaMemcpy(buffer.data(), host, bytes, cudaMemcpyHostToDevice), "cudaMemcpy");
+}
+
+}  // namespace
+
+CudaCeilings measure_cuda_ceilings() {
+  CudaCeilings c;
+  int device = 0;
+  check(cudaGetDevice(&device), "cudaGetDevice");
+  cudaDeviceProp prop{};
+  check(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
+  c.device_name = prop.name;
+  cudaStream_t stream;
+  check(cudaStreamCreate(&stream), "cudaStreamCreate");
+
+  const size_t copy_bytes = size_t{2} << 30;
+  cuda::DeviceBuffer from, to;
+  from.reserve(copy_bytes);
+  to.reserve(copy_bytes);
+  cuda::fill_normal_bf16(from.data(), copy_bytes / 2, 1, 1.0f, stream);
+  const double copy_us = median_us(stream, 10, [&] {
+    check(cudaMemcpyAsync(to.data(), from.data(), copy_bytes, cudaMemcpyDeviceToDevice, stream),
+          "cudaMemcpyAsync");
+  });
+  c.copy_bytes_per_s = 2.0 * copy_bytes / (copy_us * 1e-6);
+
+  // Random data: zeros run measurably faster on tensor cores.
+  const int n = 8192;
+  cuda::DeviceBuffer a, b, out;
+  a.reserve(size_t{2} * n * n);
+  b.reserve(size_t{2} * n * n);
+  out.reserve(size_t{2} * n * n);
+  cuda::fill_normal_bf16(a.data(), int64_t{n} * n, 2, 1.0f, stream);
+  cuda::fill_normal_bf16(b.data(), int64_t{n} * n, 3, 1.0f, stream);
+  cublasHandle_t handle;
+  check(cublasCreate(&handle), "cublasCreate");
+  check(cublasSetStream(handle, stream), "cublasSetStream");
+  const float one = 1.0f, zero = 0.0f;
+  const double gemm_us = median_us(stream, 10, [&] {
+    check(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, n, n, n, &one, a.data(), CUDA_R_16BF, n,
+                       b.data(), CUDA_R_16BF, n, &zero, out.data(), CUDA_R_16BF, n,
+                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+          "cublasGemmEx");
+  });
+  c.bf16_flops_per_s = 2.0 * n * n * static_cast<double>(n) / (gemm_us * 1e-6);
+  cublasDestroy(handle);
+  cudaStreamDestroy(stream);
+  return c;
+}
+
+std::vector<CudaBenchRow> run_cuda_bench(const MoeConfig& config, const CudaBenchOptions& options,
+                                         const CudaCeilings& ceilings) {
+  const int64_t H = config.experts.hidden_size, I = config.experts.intermediate_size;
+  const int64_t E = config.routing.num_experts, k = config.routing.top_k;
+  if (options.routing_sets < 1 || options.repeats < 1) {
+    fail("bench: expected at least one routing set and one repeat; got {} and {}",
+         options.routing_sets, options.repeats);
+  }
+  cudaStream_t stream;
+  check(cudaStreamCreate(&stream), "cudaStreamCreate");
+
+  cuda::DeviceBuffer w13, w2, hidden, out;
+  w13.reserve(static_cast<size_t>(E * 2 * I * H) * 2);
+  w2.reserve(static_cast<size_t>(E * H * I) * 2);
+  // Weights scaled so each projection keeps activations of order one.
+  cuda::fill_normal_bf16(w13.data(), E * 2 * I * H, options.seed + 1,
+                         1.0f / std::sqrt(static_cast<float>(H)), stream);
+  cuda::fill_normal_bf16(w2.data(), E * H * I, options.seed + 2,
+                         1.0f / std::sqrt(static_cast<float>(I)), stream);
+
+  std::vector<CudaBenchRow> rows;
+  std::mt19937_64 rng(options.seed);
+  for (const int64_t tokens : options.tokens) {
+    hidden.reserve(std::max<size_t>(static_cast<size_t>(tokens * H) * 2, 16));
+    out.reserve(std::max<size_t>(static_cast<size_t>(tokens * H) * 2, 16));
+    cuda::fill_normal_bf16(hidden.data(), tokens * H, options.seed + 3, 1.0f, stream);
+
+    std::vector<cuda::DeviceBuffer> ids(options.routing_sets), weights(options.routing_sets);
+    std::vector<ExpertsProblem> problems(options.routing_sets);
+    double distinct = 0;
+    for (int s = 0; s < options.routing_sets; ++s) {
+      const Routing routing = random_routing(tokens, k, E, rng);
+      distinct += static_cast<double>(routing.distinct) / options.routing_sets;
+      upload(ids[s], routing.ids.data(), routing.ids.size() * sizeof(int32_t));
+      upload(weights[s], routing.weights.data(), routing.weights.size() * sizeof(float));
+      ExpertsProblem& p = problems[s];
+      p.num_tokens = tokens;
+      p.hidden_size = H;
+      p.intermediate_size = I;
+      p.top_k = k;
+      p.num_experts = E;
+      p.num_local_experts = E;
+      p.hidden = hidden.data();
+      p.hidden_dtype = DType::kBF16;
+      p.w13 = w13.data();
+      p.w2 = w2.data();
+      p.weight_dtype = DType::kBF16;
+      p.topk_ids = static_cast<const int32_t*>(ids[s].data());
+      p.topk_weights = static_cast<const float*>(weights[s].data());
+      p.out = out.data();
+    }
+
+    const cuda::ExpertsPlan default_plan = cuda::default_plan(problems[0]);
+    std::vector<cuda::ExpertsPlan> plans = {default_plan};
+    if (options.sweep) {
+      for (const cuda::ExpertsPlan& plan : candidate_plans(problems[0])) {
+        if (plan_name(plan) != plan_name(default_plan)) plans.push_back(plan);
+      }
+    }
+    for (const cuda::ExpertsPlan& plan : plans) {
+      cuda::ExpertsRunner runner;
+      CudaBenchRow row;
+      row.tokens = tokens;
+      row.plan = plan_name(plan);
+      row.is_default = &plan == &plans.front();
+      row.distinct_experts = distinct;
+      row.weight_bytes = distinct * 3.0 * static_cast<double>(H * I) * 2.0;
+      row.flops = 6.0 * static_cast<double>(tokens * k) * static_cast<double>(H * I);
+      row.floor_us = std::max(row.weight_bytes / ceilings.copy_bytes_per_s,
+                              row.flops / ceilings.bf16_flops_per_s) *
+                     1e6;
+
+      // Un-captured calls first: they size the workspace and give the per-stage split.
+      for (int s = 0; s < options.routing_sets; ++s) {
+        StageTimes times;
+        runner.run(problems[s], plan, stream, &times);
+        row.align_us += times.align_us / options.routing_sets;
+        row.gemm1_us += times.gemm1_us / options.routing_sets;
+        row.gemm2_us += times.gemm2_us / options.routing_sets;
+        row.sum_us += times.sum_us / options.routing_sets;
+      }
+      row.workspace_bytes = runner.workspace_bytes();
+
+      std::vector<cudaGraphExec_t> graphs(options.routing_sets);
+      for (int s = 0; s < options.routing_sets; ++s) {
+        cudaGraph_t graph;
+        check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), "BeginCapture");
+        runner.run(problems[s], plan, stream);
+        check(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
+        check(cudaGraphInstantiate(&graphs[s], graph, 0), "cudaGraphInstantiate");
+        cudaGraphDestroy(graph);
+      }
+      for (int s = 0; s < options.routing_sets; ++s) {
+        check(cudaGraphLaunch(graphs[s], stream), "cudaGraphLaunch");  // warm-up
+      }
+      // Each replay between its own pair of events, the routings rotating, so that no two
+      // consecutive replays read the same experts' weights.
+      const int count = options.repeats * options.routing_sets;
+      std::vector<cudaEvent_t> marks(count + 1);
+      for (cudaEvent_t& mark : marks) check(cudaEventCreate(&mark), "cudaEventCreate");
+      check(cudaEventRecord(marks[0], stream), "cudaEventRecord");
+      for (int i = 0; i < count; ++i) {
+        check(cudaGraphLaunch(graphs[i % options.routing_sets], stream), "cudaGraphLaunch");
+        check(cudaEventRecord(marks[i + 1], stream), "cudaEventRecord");
+      }
+      check(cudaEventSynchronize(marks[count]), "cudaEventSynchronize");
+      std::vector<double> replays(count);
+      for (int i = 0; i < count; ++i) {
+        float ms = 0;
+        check(cudaEventElapsedTime(&ms, marks[i], marks[i + 1]), "cudaEventElapsedTime");
+        replays[i] = ms * 1000.0;
+      }
+      for (cudaEvent_t mark : marks) cudaEventDestroy(mark);
+      for (cudaGraphExec_t graph : graphs) cudaGraphExecDestroy(graph);
+      row.median_us = median(replays);
+      row.min_us = *std::min_element(replays.begin(), replays.end());
+      rows.push_back(row);
+    }
+  }
+  check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  cudaStreamDestroy(stream);
+  return rows;
+}
+
+}  // namespace moe::cli

@@ -1,0 +1,44 @@
+// `moe bench --device cuda`: the experts of one MoE layer on the GPU, timed as CUDA-graph
+// replays over rotating routings, next to the floor measured in the same run.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "moe/config.h"
+
+namespace moe::cli {
+
+struct CudaBenchOptions {
+  std::vector<int64_t> tokens;
+  int repeats = 20;      // timed replays of each of the routing sets
+  int routing_sets = 8;  // distinct routings rotated so decode weights do not sit in L2
+  bool sweep = false;    // also time every plan that can run the shape
+  uint64_t seed = 0;
+};
+
+// The two ceilings of the floor, measured on the current GPU.
+struct CudaCeilings {
+  double copy_bytes_per_s = 0;  // device-to-device copy, bytes read plus written
+  double bf16_flops_per_s = 0;  // cuBLAS bf16 GEMM 8192^3, f32 accumulation
+  std::string device_name;
+};
+
+struct CudaBenchRow {
+  int64_t tokens = 0;
+  std::string plan;  // "stream/16", "mma/128", "tiny/1"
+  bool is_default = false;
+  double median_us = 0, min_us = 0;
+  double align_us = 0, gemm1_us = 0, gemm2_us = 0, sum_us = 0;  // one un-captured call
+  double distinct_experts = 0;                                  // mean over the routing sets
+  double weight_bytes = 0, flops = 0;
+  double floor_us = 0;
+  size_t workspace_bytes = 0;
+};
+
+CudaCeilings measure_cuda_ceilings();
+std::vector<CudaBenchRow> run_cuda_bench(const MoeConfig& config, const CudaBenchOptions& options,
+                                         const CudaCeilings& ceilings);
+
+}  // namespace moe::cli
