@@ -44,10 +44,16 @@ void run_cuda(const ExpertsProblem& problem, const ExpertsOptions& options, Stag
   cuda::check(cudaGetDevice(&device), "cudaGetDevice");
   cuda::ExpertsPlan plan = cuda::default_plan(problem);
   if (options.block_m > 0 && options.block_m != plan.block_m) {
+    // An explicit block_m picks the kernel made for that many rows per block.
     plan.block_m = options.block_m;
     plan.tiny_batch = false;
-    plan.kernel = cuda::mma_supports_block_m(options.block_m) ? cuda::GemmKernel::kMma
-                                                              : cuda::GemmKernel::kStream;
+    if (options.block_m <= cuda::kMaxStreamRows) {
+      plan.kernel = cuda::GemmKernel::kStream;
+    } else if (cuda::wgmma_available() && cuda::wgmma_supports_block_m(options.block_m)) {
+      plan.kernel = cuda::GemmKernel::kWgmma;
+    } else {
+      plan.kernel = cuda::GemmKernel::kMma;
+    }
   }
   runners[device].run(problem, plan, static_cast<cudaStream_t>(options.cuda_stream), times);
 }

@@ -78,8 +78,11 @@ std::vector<cuda::ExpertsPlan> plans_for(const ExpertsCase& c) {
                                           {cuda::GemmKernel::kStream, 4, false},
                                           {cuda::GemmKernel::kStream, 16, false}};
   if (c.hidden_size % 8 == 0 && c.intermediate_size % 8 == 0) {
-    plans.push_back({cuda::GemmKernel::kMma, 64, false});
-    plans.push_back({cuda::GemmKernel::kMma, 128, false});
+    for (int64_t block_m : {16, 32, 64, 128})
+      plans.push_back({cuda::GemmKernel::kMma, block_m, false});
+    if (cuda::wgmma_available()) {
+      for (int64_t block_m : {64, 128}) plans.push_back({cuda::GemmKernel::kWgmma, block_m, false});
+    }
   }
   if (!c.expert_map) plans.push_back({cuda::GemmKernel::kStream, 1, true});
   return plans;
@@ -122,9 +125,11 @@ TEST_F(CudaFusedExperts, EveryPlanMatchesTheReference) {
     const Tensor want = testing::run_reference_f32(in);
     expect_close(Tensor::copy_of(run_public(in), DType::kF32), want, "default plan");
     for (const cuda::ExpertsPlan& plan : plans_for(c)) {
+      const char* kernel = plan.kernel == cuda::GemmKernel::kMma     ? "mma"
+                           : plan.kernel == cuda::GemmKernel::kWgmma ? "wgmma"
+                                                                     : "stream";
       const std::string what =
-          fmt::format("{} block_m {}{}", plan.kernel == cuda::GemmKernel::kMma ? "mma" : "stream",
-                      plan.block_m, plan.tiny_batch ? " tiny" : "");
+          fmt::format("{} block_m {}{}", kernel, plan.block_m, plan.tiny_batch ? " tiny" : "");
       expect_close(Tensor::copy_of(run_plan(in, plan), DType::kF32), want, what);
     }
   }
@@ -161,7 +166,7 @@ TEST_F(CudaFusedExperts, RejectsBadInputBeforeLaunch) {
       {"w2"});
   testing::expect_error(
       [&] { fused_experts(in.hidden, d.w13, d.w2, d.topk_weights, d.topk_ids, d.out, d.options); },
-      {"w13", "cuda"});
+      {"w13", "GPU"});
   ExpertsOptions gelu = d.options;
   gelu.activation = Activation::kGelu;
   testing::expect_error(

@@ -64,6 +64,8 @@ ExpertsPlan default_plan(const ExpertsProblem& problem) {
     plan = {GemmKernel::kStream, rows_per_expert <= 1 ? 4 : kMaxStreamRows, false};
   } else if (rows_per_expert <= 8) {
     plan = {GemmKernel::kStream, kMaxStreamRows, false};
+  } else if (wgmma_available()) {
+    plan = {GemmKernel::kWgmma, rows_per_expert < 256 ? 64 : 128, false};
   } else {
     plan = {GemmKernel::kMma, rows_per_expert < 256 ? 64 : 128, false};
   }
@@ -78,9 +80,15 @@ void check_plan(const ExpertsPlan& plan, const ExpertsProblem& problem) {
   if (plan.kernel == GemmKernel::kStream && (plan.block_m < 1 || plan.block_m > kMaxStreamRows)) {
     fail("plan: the stream kernel takes block_m in [1, {}]; got {}", kMaxStreamRows, plan.block_m);
   }
-  if (plan.kernel == GemmKernel::kMma) {
-    if (!mma_supports_block_m(plan.block_m)) {
-      fail("plan: the tensor-core kernel takes block_m 64 or 128; got {}", plan.block_m);
+  if (plan.kernel == GemmKernel::kWgmma) {
+    if (!wgmma_available()) fail("plan: the wgmma kernel needs a Hopper GPU (sm_90)");
+    if (!wgmma_supports_block_m(plan.block_m)) {
+      fail("plan: the wgmma kernel takes block_m 64 or 128; got {}", plan.block_m);
+    }
+  }
+  if (plan.kernel != GemmKernel::kStream) {
+    if (plan.kernel == GemmKernel::kMma && !mma_supports_block_m(plan.block_m)) {
+      fail("plan: the tensor-core kernel takes block_m 16, 32, 64 or 128; got {}", plan.block_m);
     }
     if (problem.hidden_size % 8 != 0 || problem.intermediate_size % 8 != 0) {
       fail("plan: the tensor-core kernel needs H and I multiples of 8; got H {}, I {}",

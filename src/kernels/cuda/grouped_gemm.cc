@@ -10,7 +10,11 @@ bool aligned16(const void* pointer) { return reinterpret_cast<uintptr_t>(pointer
 
 }  // namespace
 
-bool mma_supports_block_m(int64_t block_m) { return block_m == 64 || block_m == 128; }
+bool mma_supports_block_m(int64_t block_m) {
+  return block_m == 16 || block_m == 32 || block_m == 64 || block_m == 128;
+}
+
+bool wgmma_supports_block_m(int64_t block_m) { return block_m == 64 || block_m == 128; }
 
 bool mma_supports(const GroupedGemmArgs& args) {
   return args.k_dim % 8 == 0 && aligned16(args.input) && aligned16(args.weights);
@@ -29,11 +33,21 @@ void grouped_gemm(GemmKernel kernel, bool gated, const GroupedGemmArgs& args, cu
     case GemmKernel::kMma:
       if (!mma_supports_block_m(args.block_m) || !mma_supports(args)) {
         fail(
-            "grouped_gemm: the tensor-core kernel needs block_m 64 or 128, K % 8 == 0 and "
+            "grouped_gemm: the tensor-core kernel needs block_m 16, 32, 64 or 128, K % 8 == 0 and "
             "16-byte aligned rows; got block_m {}, K {}",
             args.block_m, args.k_dim);
       }
       mma_grouped_gemm(gated, args, stream);
+      return;
+    case GemmKernel::kWgmma:
+      if (!wgmma_available()) fail("grouped_gemm: the wgmma kernel needs a Hopper GPU (sm_90)");
+      if (!wgmma_supports_block_m(args.block_m) || !mma_supports(args)) {
+        fail(
+            "grouped_gemm: the wgmma kernel needs block_m 64 or 128, K % 8 == 0 and 16-byte "
+            "aligned rows; got block_m {}, K {}",
+            args.block_m, args.k_dim);
+      }
+      wgmma_grouped_gemm(gated, args, stream);
       return;
   }
 }

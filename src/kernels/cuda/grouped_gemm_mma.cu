@@ -53,12 +53,13 @@ struct MmaTile {
   static constexpr int kThreads = kWarpsM * kWarpsN * 32;
   static constexpr int kWarpM = kBM / kWarpsM, kWarpN = kBN / kWarpsN;
   static constexpr int kFragsM = kWarpM / 16, kFragsN = kWarpN / 8;
-  static constexpr int kChunksA = kBM * kTileK / 8 / kThreads;  // 16-byte copies per thread
-  static constexpr int kChunksB = kBN * kTileK / 8 / kThreads;
+  // 16-byte copies per thread and stage (the last round may leave some threads idle).
+  static constexpr int kChunksA = (kBM * kTileK / 8 + kThreads - 1) / kThreads;
+  static constexpr int kChunksB = (kBN * kTileK / 8 + kThreads - 1) / kThreads;
   static constexpr size_t kSharedBytes =
       static_cast<size_t>(kStages) * (kBM + kBN) * kRowStride * sizeof(__nv_bfloat16);
   static_assert(kFragsN % 4 == 0, "gate and up halves need pairs of 8-column fragments");
-  static_assert(kChunksA * kThreads == kBM * kTileK / 8 && kChunksB * kThreads == kBN * kTileK / 8);
+  static_assert(kBN * kTileK / 8 % kThreads == 0, "every thread copies the same B chunks");
 };
 
 template <int kBM, int kBN, int kWarpsM, int kWarpsN, int kStages, bool kGated>
@@ -117,6 +118,7 @@ __global__ void __launch_bounds__(kWarpsM* kWarpsN * 32) mma_kernel(GroupedGemmA
 #pragma unroll
     for (int i = 0; i < Tile::kChunksA; ++i) {
       const int chunk = threadIdx.x + i * Tile::kThreads;
+      if (chunk >= kBM * kTileK / 8) break;
       const int r = chunk / (kTileK / 8), c = chunk % (kTileK / 8);
       const int64_t k = k0 + c * 8;
       const int32_t source_row = input_row[r];
@@ -242,12 +244,24 @@ void launch(const GroupedGemmArgs& args, cudaStream_t stream) {
 }  // namespace
 
 void mma_grouped_gemm(bool gated, const GroupedGemmArgs& args, cudaStream_t stream) {
-  if (args.block_m == 128) {
-    gated ? launch<128, 128, 2, 4, 4, true>(args, stream)
-          : launch<128, 128, 2, 4, 4, false>(args, stream);
-  } else {
-    gated ? launch<64, 128, 2, 4, 4, true>(args, stream)
-          : launch<64, 128, 2, 4, 4, false>(args, stream);
+  // Short tiles for experts with few rows: less padding computed, weights still read once per
+  // block (and blocks of one expert run side by side, so a re-read mostly hits L2).
+  switch (args.block_m) {
+    case 16:
+      gated ? launch<16, 128, 1, 4, 6, true>(args, stream)
+            : launch<16, 128, 1, 4, 6, false>(args, stream);
+      break;
+    case 32:
+      gated ? launch<32, 128, 1, 4, 6, true>(args, stream)
+            : launch<32, 128, 1, 4, 6, false>(args, stream);
+      break;
+    case 64:
+      gated ? launch<64, 128, 2, 4, 4, true>(args, stream)
+            : launch<64, 128, 2, 4, 4, false>(args, stream);
+      break;
+    default:
+      gated ? launch<128, 128, 2, 4, 4, true>(args, stream)
+            : launch<128, 128, 2, 4, 4, false>(args, stream);
   }
   check_launch("grouped_gemm (mma)");
 }

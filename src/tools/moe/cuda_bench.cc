@@ -50,8 +50,10 @@ double median_us(cudaStream_t stream, int repeats, Body body) {
 
 std::string plan_name(const cuda::ExpertsPlan& plan) {
   if (plan.tiny_batch) return "tiny/1";
-  return fmt::format("{}/{}", plan.kernel == cuda::GemmKernel::kMma ? "mma" : "stream",
-                     plan.block_m);
+  const char* kernel = plan.kernel == cuda::GemmKernel::kMma     ? "mma"
+                       : plan.kernel == cuda::GemmKernel::kWgmma ? "wgmma"
+                                                                 : "stream";
+  return fmt::format("{}/{}", kernel, plan.block_m);
 }
 
 // The plans worth timing at this size: the stream kernel re-reads an expert's weights for every
@@ -67,7 +69,12 @@ std::vector<cuda::ExpertsPlan> candidate_plans(const ExpertsProblem& problem) {
     }
   }
   if (rows_per_expert >= 1) {
-    for (int64_t block_m : {64, 128}) plans.push_back({cuda::GemmKernel::kMma, block_m, false});
+    for (int64_t block_m : {16, 32, 64, 128}) {
+      plans.push_back({cuda::GemmKernel::kMma, block_m, false});
+    }
+    if (cuda::wgmma_available()) {
+      for (int64_t block_m : {64, 128}) plans.push_back({cuda::GemmKernel::kWgmma, block_m, false});
+    }
   }
   return plans;
 }

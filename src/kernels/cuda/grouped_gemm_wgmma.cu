@@ -1,0 +1,266 @@
+// The prefill-size grouped GEMM on Hopper's warpgroup MMA (wgmma, sm_90a). Each warpgroup of
+// 128 threads computes 64 pairs x 128 weight rows with m64n128k16 instructions that read both
+// operands from shared memory through matrix descriptors. Tiles are K-major with the 128-byte
+// swizzle (16-byte chunk c of row r stored at chunk c ^ (r % 8)), which is the layout those
+// descriptors name; a multi-stage cp.async pipeline fills them, A rows gathered by pair id as in
+// the mma.sync kernel. gemm1's B tile is 64 gate rows then the 64 matching up rows, so a thread
+// holds gate and up of the same element and SiLU-and-multiply happens in registers.
+#include <cuda_bf16.h>
+
+#include "kernels/cuda/bf16_math.cuh"
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/grouped_gemm_launch.h"
+
+// wgmma exists only in the sm_90a target; other targets compile an empty body (never launched:
+// the host checks the device first).
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define MOE_HAS_WGMMA 1
+#endif
+
+namespace moe::cuda {
+namespace {
+
+constexpr int kTileK = 64;             // one 128-byte swizzled row of bf16
+constexpr int kTileN = 128;            // weight rows per block
+constexpr int kRowBytes = kTileK * 2;  // 128
+constexpr int kStages = 4;
+constexpr int kWarpGroupRows = 64;
+
+template <int kWarpGroups>
+struct WgmmaTile {
+  static constexpr int kThreads = kWarpGroups * 128;
+  static constexpr int kBM = kWarpGroups * kWarpGroupRows;
+  static constexpr int kABytes = kBM * kRowBytes;     // per stage
+  static constexpr int kBBytes = kTileN * kRowBytes;  // per stage
+  static constexpr int kStageBytes = kABytes + kBBytes;
+  static constexpr size_t kSharedBytes = size_t{kStages} * kStageBytes + 1024;  // + alignment
+  static constexpr int kChunksA = kBM * 8 / kThreads;
+  static constexpr int kChunksB = kTileN * 8 / kThreads;
+};
+
+__device__ __forceinline__ uint32_t shared_address(const void* pointer) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(pointer));
+}
+
+__device__ __forceinline__ void copy16_async(uint32_t shared, const void* global, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared), "l"(global),
+               "r"(valid ? 16 : 0));
+}
+
+// Offset of 16-byte chunk c of row r in a 128-byte-swizzled K-major tile.
+__device__ __forceinline__ uint32_t swizzled(int row, int chunk) {
+  return row * kRowBytes + ((chunk ^ (row & 7)) << 4);
+}
+
+// Shared-memory matrix descriptor: K-major, 128-byte swizzle, 8-row groups 1024 bytes apart.
+__device__ __forceinline__ uint64_t descriptor(uint32_t address) {
+  uint64_t d = (address & 0x3ffff) >> 4;
+  d |= uint64_t{1} << 16;          // leading byte offset (unused with this swizzle)
+  d |= uint64_t{1024 >> 4} << 32;  // stride byte offset
+  d |= uint64_t{1} << 62;          // 128-byte swizzle
+  return d;
+}
+
+#ifdef MOE_HAS_WGMMA
+__device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], uint64_t a, uint64_t b) {
+  asm volatile(
+      "{\n"
+      ".reg .pred accumulate;\n"
+      "setp.ne.b32 accumulate, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+      "%64, %65, accumulate, 1, 1, 0, 0;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
+        "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+        "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
+        "+f"(d[63])
+      : "l"(a), "l"(b), "r"(1));
+}
+#endif
+
+template <int kWarpGroups, bool kGated>
+__global__ void __launch_bounds__(kWarpGroups * 128) wgmma_kernel(GroupedGemmArgs a) {
+#ifdef MOE_HAS_WGMMA
+  using Tile = WgmmaTile<kWarpGroups>;
+  constexpr int kBM = Tile::kBM;
+  extern __shared__ unsigned char shared_raw[];
+  __shared__ int32_t pair_of_row[kBM];
+  __shared__ int32_t input_row[kBM];
+  // The swizzle and the descriptors assume 1024-byte aligned tiles.
+  const uint32_t base = (shared_address(shared_raw) + 1023) & ~1023u;
+
+  const int64_t block = blockIdx.x;
+  if (block * kBM >= *a.num_pairs_post_padded) return;
+  const int32_t expert = a.expert_ids[block];
+  if (expert < 0 || expert >= a.num_local_experts) return;
+
+  const int64_t K = a.k_dim, columns = a.out_columns;
+  for (int r = threadIdx.x; r < kBM; r += Tile::kThreads) {
+    const int64_t pair = a.sorted_pair_ids[block * kBM + r];
+    const bool valid = pair >= 0 && pair < a.num_pairs;
+    pair_of_row[r] = valid ? static_cast<int32_t>(pair) : -1;
+    input_row[r] = valid ? static_cast<int32_t>(pair / a.row_divisor) : -1;
+  }
+  __syncthreads();
+
+  const auto* input = static_cast<const __nv_bfloat16*>(a.input);
+  const auto* expert_weights =
+      static_cast<const __nv_bfloat16*>(a.weights) + expert * a.weight_rows * K;
+  constexpr int kColumnsPerBlock = kGated ? kTileN / 2 : kTileN;
+  const int64_t first_column = static_cast<int64_t>(blockIdx.y) * kColumnsPerBlock;
+
+  const __nv_bfloat16* b_source[Tile::kChunksB];
+  bool b_valid[Tile::kChunksB];
+#pragma unroll
+  for (int i = 0; i < Tile::kChunksB; ++i) {
+    const int j = (threadIdx.x + i * Tile::kThreads) / 8;
+    const int64_t column = first_column + (kGated ? j % (kTileN / 2) : j);
+    const int64_t row = (kGated && j >= kTileN / 2) ? columns + column : column;
+    b_valid[i] = column < columns;
+    b_source[i] = expert_weights + (b_valid[i] ? row : 0) * K;
+  }
+
+  auto load_stage = [&](int stage, int64_t k0) {
+    const uint32_t a_stage = base + stage * Tile::kStageBytes;
+    const uint32_t b_stage = a_stage + Tile::kABytes;
+#pragma unroll
+    for (int i = 0; i < Tile::kChunksA; ++i) {
+      const int chunk = threadIdx.x + i * Tile::kThreads;
+      const int r = chunk / 8, c = chunk % 8;
+      const int64_t k = k0 + c * 8;
+      const int32_t source = input_row[r];
+      const bool valid = source >= 0 && k < K;
+      copy16_async(a_stage + swizzled(r, c), valid ? input + source * K + k : input, valid);
+    }
+#pragma unroll
+    for (int i = 0; i < Tile::kChunksB; ++i) {
+      const int chunk = threadIdx.x + i * Tile::kThreads;
+      const int j = chunk / 8, c = chunk % 8;
+      const int64_t k = k0 + c * 8;
+      const bool valid = b_valid[i] && k < K;
+      copy16_async(b_stage + swizzled(j, c), valid ? b_source[i] + k : expert_weights, valid);
+    }
+  };
+
+  const int warp_group = threadIdx.x / 128;
+  float acc[64];
+#pragma unroll
+  for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
+
+  const int64_t k_tiles = (K + kTileK - 1) / kTileK;
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < k_tiles) load_stage(s, s * kTileK);
+    asm volatile("cp.async.commit_group;\n" ::);
+  }
+  for (int64_t kt = 0; kt < k_tiles; ++kt) {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(kStages - 2));
+    // cp.async wrote through the generic proxy; wgmma reads through the async proxy.
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    __syncthreads();
+    const int64_t next = kt + kStages - 1;
+    if (next < k_tiles) load_stage(static_cast<int>(next % kStages), next * kTileK);
+    asm volatile("cp.async.commit_group;\n" ::);
+
+    const uint32_t a_stage = base + static_cast<int>(kt % kStages) * Tile::kStageBytes;
+    const uint32_t a_tile = a_stage + warp_group * kWarpGroupRows * kRowBytes;
+    const uint32_t b_tile = a_stage + Tile::kABytes;
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+    for (int kk = 0; kk < kTileK / 16; ++kk) {
+      // Within the swizzled 128-byte row, step k16 is 32 bytes further.
+      wgmma_m64n128k16(acc, descriptor(a_tile + kk * 32), descriptor(b_tile + kk * 32));
+    }
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+  }
+  asm volatile("cp.async.wait_group 0;\n" ::);
+
+  // Accumulator i of a thread: row 16 * warp + lane / 4 (+ 8 for the odd pairs), column
+  // 8 * (i / 4) + 2 * (lane % 4) + i % 2, within this warpgroup's 64 x 128 tile.
+  const int lane = threadIdx.x % 32, warp = (threadIdx.x / 32) % 4;
+  auto* out = static_cast<__nv_bfloat16*>(a.out);
+  const bool paired_stores = columns % 2 == 0;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int row = warp_group * kWarpGroupRows + warp * 16 + lane / 4 + half * 8;
+    const int32_t pair = pair_of_row[row];
+    if (pair < 0) continue;
+    const float scale = (!kGated && a.topk_weights != nullptr) ? a.topk_weights[pair] : 1.0f;
+    constexpr int kOutChunks = kGated ? 8 : 16;
+#pragma unroll
+    for (int n = 0; n < kOutChunks; ++n) {
+      const int64_t column = first_column + n * 8 + (lane % 4) * 2;
+      float v[2];
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float x = acc[n * 4 + half * 2 + e];
+        if constexpr (kGated) {
+          v[e] = silu(x) * acc[(n + 8) * 4 + half * 2 + e];
+        } else {
+          v[e] = x * scale;
+        }
+      }
+      __nv_bfloat16* destination = out + pair * columns + column;
+      if (paired_stores && column + 1 < columns) {
+        *reinterpret_cast<__nv_bfloat162*>(destination) = __floats2bfloat162_rn(v[0], v[1]);
+      } else {
+        if (column < columns) destination[0] = __float2bfloat16(v[0]);
+        if (column + 1 < columns) destination[1] = __float2bfloat16(v[1]);
+      }
+    }
+  }
+#endif
+}
+
+template <int kWarpGroups, bool kGated>
+void launch(const GroupedGemmArgs& args, cudaStream_t stream) {
+  using Tile = WgmmaTile<kWarpGroups>;
+  auto* kernel = wgmma_kernel<kWarpGroups, kGated>;
+  static const bool attribute_set = [kernel] {
+    check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               static_cast<int>(Tile::kSharedBytes)),
+          "cudaFuncSetAttribute(wgmma_kernel)");
+    return true;
+  }();
+  (void)attribute_set;
+  const int64_t columns_per_block = kGated ? kTileN / 2 : kTileN;
+  const dim3 grid(
+      static_cast<unsigned>(args.max_blocks),
+      static_cast<unsigned>((args.out_columns + columns_per_block - 1) / columns_per_block));
+  kernel<<<grid, Tile::kThreads, Tile::kSharedBytes, stream>>>(args);
+}
+
+}  // namespace
+
+bool wgmma_available() {
+  static const bool available = [] {
+    int device = 0, major = 0, minor = 0;
+    if (cudaGetDevice(&device) != cudaSuccess) return false;
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+    return major == 9 && minor == 0;
+  }();
+  return available;
+}
+
+void wgmma_grouped_gemm(bool gated, const GroupedGemmArgs& args, cudaStream_t stream) {
+  if (args.block_m == 128) {
+    gated ? launch<2, true>(args, stream) : launch<2, false>(args, stream);
+  } else {
+    gated ? launch<1, true>(args, stream) : launch<1, false>(args, stream);
+  }
+  check_launch("grouped_gemm (wgmma)");
+}
+
+}  // namespace moe::cuda
