@@ -56,20 +56,16 @@ ExpertsPlan default_plan(const ExpertsProblem& problem) {
   const int64_t experts = std::max<int64_t>(problem.num_local_experts, 1);
   const double rows_per_expert = static_cast<double>(pairs) / static_cast<double>(experts);
   const bool rows_aligned = problem.hidden_size % 8 == 0 && problem.intermediate_size % 8 == 0;
-  ExpertsPlan plan;
-  if (problem.num_tokens <= 1 && problem.expert_map == nullptr) {
-    // One token: its k experts are distinct, so one pair per block reads each expert once.
-    plan = {GemmKernel::kStream, 1, true};
-  } else if (rows_per_expert <= 2 || !rows_aligned) {
-    plan = {GemmKernel::kStream, rows_per_expert <= 1 ? 4 : kMaxStreamRows, false};
-  } else if (rows_per_expert <= 8) {
-    plan = {GemmKernel::kStream, kMaxStreamRows, false};
-  } else if (wgmma_available()) {
-    plan = {GemmKernel::kWgmma, rows_per_expert < 256 ? 64 : 128, false};
-  } else {
-    plan = {GemmKernel::kMma, rows_per_expert < 256 ? 64 : 128, false};
+  // Chosen from sweeps of every plan on an H200 (docs/perf.md), Qwen3-30B-A3B and DeepSeek-V3
+  // shapes; the boundaries fell at the same rows per expert for both.
+  if (pairs * 4 <= problem.num_experts && problem.expert_map == nullptr) {
+    return {GemmKernel::kStream, 1, true};  // vLLM's tiny-batch rule: experts mostly see one pair
   }
-  return plan;
+  if (!rows_aligned) return {GemmKernel::kStream, kMaxStreamRows, false};
+  if (rows_per_expert <= 1) return {GemmKernel::kStream, 4, false};
+  if (wgmma_available()) return {GemmKernel::kWgmma, rows_per_expert <= 96 ? 64 : 128, false};
+  if (rows_per_expert <= 32) return {GemmKernel::kMma, 32, false};
+  return {GemmKernel::kMma, rows_per_expert <= 96 ? 64 : 128, false};
 }
 
 void check_plan(const ExpertsPlan& plan, const ExpertsProblem& problem) {
@@ -131,14 +127,12 @@ void ExpertsRunner::run(const ExpertsProblem& problem, const ExpertsPlan& plan, 
     const int32_t* topk_ids = problem.topk_ids + t0 * k;
     StageClock clock(times != nullptr);
 
+    // The tiny-batch layout is the identity, so the GEMMs read topk_ids directly: no launch.
     clock.mark(0, stream);
-    AlignArgs align{topk_ids,      problem.expert_map, pairs,  problem.num_experts,
-                    local_experts, plan.block_m,       sorted, expert_ids,
-                    num_padded};
-    if (plan.tiny_batch) {
-      align_tiny_batch(align, stream);
-    } else {
-      align_block_size(align, stream);
+    if (!plan.tiny_batch) {
+      align_block_size({topk_ids, problem.expert_map, pairs, problem.num_experts, local_experts,
+                        plan.block_m, sorted, expert_ids, num_padded},
+                       stream);
     }
     clock.mark(1, stream);
 
@@ -154,6 +148,11 @@ void ExpertsRunner::run(const ExpertsProblem& problem, const ExpertsPlan& plan, 
     gemm.block_m = plan.block_m;
     gemm.max_blocks = max_blocks;
     gemm.num_local_experts = local_experts;
+    if (plan.tiny_batch) {
+      gemm.tiny_topk_ids = topk_ids;
+      gemm.expert_map = problem.expert_map;
+      gemm.num_experts = problem.num_experts;
+    }
 
     gemm.input = static_cast<const uint16_t*>(problem.hidden) + t0 * H;
     gemm.row_divisor = k;

@@ -29,6 +29,11 @@ struct GroupedGemmArgs {
   const int32_t* sorted_pair_ids = nullptr;
   const int32_t* expert_ids = nullptr;
   const int32_t* num_pairs_post_padded = nullptr;
+  // Tiny batches (stream kernel, block_m 1) skip align: block b is pair b, its expert read from
+  // topk_ids (ids outside [0, num_experts) and non-local experts are skipped).
+  const int32_t* tiny_topk_ids = nullptr;
+  const int32_t* expert_map = nullptr;  // [num_experts] or null, for tiny_topk_ids only
+  int64_t num_experts = 0;
   int64_t num_pairs = 0;   // P = M * k: pair ids >= P are padding
   int64_t block_m = 0;     // rows per aligned block
   int64_t max_blocks = 0;  // upper bound of num_pairs_post_padded / block_m

@@ -25,13 +25,25 @@ __global__ void __launch_bounds__(kThreads) stream_kernel(GroupedGemmArgs a) {
   __shared__ int32_t input_row[kRows];
 
   const int64_t block = blockIdx.x;
-  if (block * a.block_m >= *a.num_pairs_post_padded) return;
-  const int32_t expert = a.expert_ids[block];
+  int32_t expert;
+  if (a.tiny_topk_ids != nullptr) {
+    if (block >= a.num_pairs) return;
+    const int32_t id = a.tiny_topk_ids[block];
+    expert = (id >= 0 && id < a.num_experts) ? id : -1;
+    if (expert >= 0 && a.expert_map != nullptr) expert = a.expert_map[expert];
+  } else {
+    if (block * a.block_m >= *a.num_pairs_post_padded) return;
+    expert = a.expert_ids[block];
+  }
   if (expert < 0 || expert >= a.num_local_experts) return;
 
   if (threadIdx.x < kRows) {
     int64_t pair = -1;
-    if (threadIdx.x < a.block_m) pair = a.sorted_pair_ids[block * a.block_m + threadIdx.x];
+    if (a.tiny_topk_ids != nullptr) {
+      if (threadIdx.x == 0) pair = block;
+    } else if (threadIdx.x < a.block_m) {
+      pair = a.sorted_pair_ids[block * a.block_m + threadIdx.x];
+    }
     const bool valid = pair >= 0 && pair < a.num_pairs;
     pair_of_row[threadIdx.x] = valid ? static_cast<int32_t>(pair) : -1;
     input_row[threadIdx.x] = valid ? static_cast<int32_t>(pair / a.row_divisor) : 0;
@@ -59,6 +71,7 @@ __global__ void __launch_bounds__(kThreads) stream_kernel(GroupedGemmArgs a) {
   }
 
   float acc[kWeightRows][kRows] = {};
+#pragma unroll 2
   for (int64_t k = lane * 8; k < K; k += 32 * 8) {
     uint4 packed[kWeightRows];
 #pragma unroll
