@@ -12,6 +12,10 @@
 #include "moe/routing.h"
 #include "ops/experts_validation.h"
 
+#ifdef MOE_WITH_CUDA
+#include "layer/cuda_layer.h"
+#endif
+
 namespace moe {
 
 struct MoeLayer::State {
@@ -31,6 +35,10 @@ struct MoeLayer::State {
   std::vector<int32_t> slot_ids;      // [M, k]: the slot serving each pair
   std::vector<int32_t> next_replica;  // [E], assign_replicas scratch
   std::vector<int32_t> slot_counts;   // [num_slots]
+
+#ifdef MOE_WITH_CUDA
+  std::unique_ptr<CudaLayer> cuda;  // backend kCuda: weights and buffers on the GPU
+#endif
 };
 
 int64_t LayerWeights::nbytes() const {
@@ -113,6 +121,13 @@ MoeLayer::MoeLayer(MoeConfig config, LayerWeights weights, LayerOptions options)
   // calls the kernels directly.
   route_batch_checked(
       TensorView(nullptr, weights_.router.dtype(), {0, config_.experts.hidden_size}));
+  if (options_.backend == Backend::kCuda) {
+#ifdef MOE_WITH_CUDA
+    state_->cuda = std::make_unique<CudaLayer>(config_, weights_);
+#else
+    fail("backend: cuda, but this build has no CUDA backend (configure with MOE_WITH_CUDA=ON)");
+#endif
+  }
 }
 
 MoeLayer::~MoeLayer() = default;
@@ -123,8 +138,10 @@ void MoeLayer::route_batch_checked(const TensorView& hidden) {
   RoutingInputs inputs;
   if (weights_.correction_bias.defined()) inputs.correction_bias = weights_.correction_bias;
   if (weights_.router_bias.defined()) inputs.router_bias = weights_.router_bias;
+  // The CUDA layer routes on the GPU; the host check of its weights is the CPU's.
+  const Backend backend = options_.backend == Backend::kCuda ? Backend::kCpu : options_.backend;
   route(config_.routing, hidden, weights_.router, inputs, last_topk_ids(), last_topk_weights(),
-        last_expert_counts(), options_.backend, options_.num_threads);
+        last_expert_counts(), backend, options_.num_threads);
 }
 
 void MoeLayer::route_batch(const TensorView& hidden) {
@@ -153,6 +170,25 @@ void MoeLayer::route_batch(const TensorView& hidden) {
 
 void MoeLayer::forward(const TensorView& hidden, const TensorView& out) {
   const int64_t H = config_.experts.hidden_size, k = config_.routing.top_k;
+#ifdef MOE_WITH_CUDA
+  if (state_->cuda) {
+    // Host or device tensors; the CUDA layer copies host ones in and out.
+    check_rank(hidden, "hidden", 2);
+    if (hidden.size(1) != H) {
+      fail("hidden: expected [M, {}] (the layer's hidden size); got {}", H,
+           shape_string(hidden.shape));
+    }
+    check_contiguous(hidden, "hidden");
+    check_contiguous(out, "out");
+    check_dtype(out, "out", {hidden.dtype});
+    check_shape(out, "out", hidden.shape);
+    state_->num_tokens = hidden.size(0);
+    times_ = StageTimes{};
+    state_->cuda->forward(hidden, out, state_->topk_ids, state_->topk_weights,
+                          state_->expert_counts, times_);
+    return;
+  }
+#endif
   check_device(hidden, "hidden", Device::kCpu);
   check_contiguous(hidden, "hidden");
   check_rank(hidden, "hidden", 2);
@@ -226,6 +262,9 @@ Tensor MoeLayer::forward(const TensorView& hidden) {
 }
 
 void MoeLayer::set_replicas(const std::vector<int32_t>& slot_experts) {
+  if (options_.backend == Backend::kCuda) {
+    fail("set_replicas: replicas are not implemented on the CUDA backend yet");
+  }
   State& s = *state_;
   const int64_t E = config_.routing.num_experts;
   std::vector<int32_t> count(static_cast<size_t>(E), 0);

@@ -154,7 +154,8 @@ void run(Backend backend, const Job& job) {
     case Backend::kCuda:
       break;  // the CUDA routing kernels (kernels/cuda/routing.h) are not behind route() yet
   }
-  fail("backend: routing has no {} backend yet", backend_name(backend));
+  fail("backend: unsupported backend for routing: {} ({})", backend_name(backend),
+       static_cast<int>(backend));
 }
 
 }  // namespace

@@ -29,6 +29,7 @@ struct ForwardOptions {
   std::string dtype;  // empty: the input's dtype
   int threads = 0;
   std::string backend = "cpu";
+  std::string device = "cpu";  // cuda: the layer runs on the GPU (backend cuda)
 };
 
 // The weights' dtype: as asked, else the input's when the kernels take it, else f32.
@@ -56,6 +57,12 @@ void forward(const ForwardOptions& o) {
 
   LayerOptions options;
   options.backend = parse_backend(o.backend);
+  if (o.device == "cuda") {
+    if (o.backend != "cpu" && o.backend != "cuda") {
+      fail("--device cuda runs the cuda backend; got --backend {}", o.backend);
+    }
+    options.backend = Backend::kCuda;
+  }
   options.num_threads = o.threads;
   MoeLayer moe_layer(config, load_moe_layer(checkpoint, layer, dtype), options);
   const Tensor out = moe_layer.forward(Tensor::copy_of(hidden, dtype));
@@ -66,9 +73,10 @@ void forward(const ForwardOptions& o) {
                     {{"layer", std::to_string(layer)},
                      {"model_type", config.model_type},
                      {"dtype", std::string(dtype_name(dtype))},
-                     {"backend", o.backend}});
+                     {"backend", std::string(backend_name(options.backend))}});
   fmt::print("moe forward: layer {} ({}) on {} tokens, {} weights, {} backend -> {}\n", layer,
-             config.model_type, hidden.size(0), dtype_name(dtype), o.backend, o.output);
+             config.model_type, hidden.size(0), dtype_name(dtype), backend_name(options.backend),
+             o.output);
 }
 
 }  // namespace
@@ -92,9 +100,14 @@ void add_forward_command(CLI::App& app) {
       ->check(CLI::IsMember({"f32", "bf16", "f16"}));
   cmd->add_option("--threads", options->threads, "Worker threads (0 = all cores)")
       ->capture_default_str();
-  cmd->add_option("--backend", options->backend, "cpu or reference (the float64 oracle)")
+  cmd->add_option("--backend", options->backend,
+                  "cpu, reference (the float64 oracle) or cuda (same as --device cuda)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"cpu", "reference"}));
+      ->check(CLI::IsMember({"cpu", "reference", "cuda"}));
+  cmd->add_option("--device", options->device,
+                  "cpu, or cuda: the GPU (bf16 weights; see docs/cuda.md for what it runs)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->callback([options, layer] {
     options->layer_given = layer->count() > 0;
     forward(*options);

@@ -241,7 +241,7 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("--check-tokens", options->check_tokens,
                   "Tokens per batch checked against the float64 reference (0 = none)")
       ->capture_default_str();
-  cmd->add_option("--backend", options->backend, "Experts backend: cpu or reference")
+  cmd->add_option("--backend", options->backend, "Experts backend: cpu, reference or cuda")
       ->capture_default_str();
   cmd->add_option("--block-m", options->block_m, "Rows per block (0 = the backend's choice)")
       ->capture_default_str();
