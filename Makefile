@@ -6,6 +6,12 @@
 # builds in Release, in build/python, against the venv in build/venv.
 
 PRESET ?= release
+
+# The CUDA toolkit's usual home, for CMake to find nvcc when a login shell did not put it on PATH
+# (the CUDA backend builds wherever nvcc is found; see MOE_WITH_CUDA).
+ifneq ($(wildcard /usr/local/cuda/bin/nvcc),)
+export PATH := $(PATH):/usr/local/cuda/bin
+endif
 BUILD_DIR := build/$(PRESET)
 JOBS ?= $(shell nproc)
 VENV := build/venv
