@@ -11,13 +11,19 @@
 //   replicate  start with one replica per expert; while slots are left, give one more replica to
 //              the expert with the largest load per replica (the lowest expert id on ties).
 //   pack       place weighted items into bins holding an equal number of items: items in
-//              descending weight (lower index first on ties), each into the lightest bin that still
-//              has room (the lowest bin on ties); an item's slot in its bin is its arrival order.
-//              With one item per bin, item i goes to bin i unsorted, as the reference does.
+//              descending weight (the lower expert first on ties, an expert's replicas one after
+//              another), each into the lightest bin that still has room (the lowest bin on ties),
+//              passing over bins that hold its expert already while another bin with room does
+//              not. Where that would leave later experts no way to spread, the expert goes to the
+//              bins with the most free slots instead. So an expert with at most as many replicas
+//              as bins never has two in one bin (the reference does not ensure this). An item's
+//              slot in its bin is its arrival order. With one item per bin, item i goes to bin i
+//              unsorted, as the reference does.
 //   policy     hierarchical when num_groups % num_nodes == 0: pack expert groups (load = the sum
 //              of their experts' loads) onto nodes, so that the experts of a group and all their
 //              replicas share a node; then in each node replicate its experts into the node's
-//              slots and pack the replicas (weight = load / replica count) onto the node's GPUs.
+//              slots and pack the replicas (weight = load / replica count) onto the node's GPUs,
+//              so the bound for spreading an expert's replicas is the node's GPUs.
 //              Otherwise global: the same with one group and one node.
 // Everything is deterministic: the same input gives the same output on every machine.
 #pragma once

@@ -4,9 +4,11 @@
 //   1. pack the expert groups onto nodes (group load = the sum of its experts' loads);
 //   2. lay each node's experts out in order (its groups by arrival in the pack, then expert
 //      order inside a group) and replicate them into the node's num_replicas / num_nodes slots;
-//   3. pack the node's replicas (weight = load / replica count) onto the node's GPUs.
+//   3. pack the node's replicas (weight = load / replica count) onto the node's GPUs, the
+//      replicas of an expert with at most one per GPU of the node on distinct GPUs.
 // The global policy is the same with one group and one node, which makes step 1 the identity.
 // The layout order of step 2 decides ties in steps 2 and 3, so it follows the reference exactly.
+#include <numeric>
 #include <vector>
 
 #include "balance/balanced_packing.h"
@@ -48,6 +50,7 @@ LayerShape layer_shape(const EplbConfig& config, int64_t num_experts) {
 struct Scratch {
   explicit Scratch(const LayerShape& s)
       : group_load(static_cast<size_t>(s.num_groups)),
+        group_id(static_cast<size_t>(s.num_groups)),
         group_node(static_cast<size_t>(s.num_groups)),
         group_position(static_cast<size_t>(s.num_groups)),
         node_experts(static_cast<size_t>(s.num_experts)),
@@ -57,9 +60,12 @@ struct Scratch {
         replica_rank(static_cast<size_t>(s.slots_per_node)),
         replica_load(static_cast<size_t>(s.slots_per_node)),
         replica_gpu(static_cast<size_t>(s.slots_per_node)),
-        replica_position(static_cast<size_t>(s.slots_per_node)) {}
+        replica_position(static_cast<size_t>(s.slots_per_node)) {
+    std::iota(group_id.begin(), group_id.end(), 0);
+  }
 
   std::vector<double> group_load;         // [num_groups]
+  std::vector<int32_t> group_id;          // [num_groups] 0, 1, ...: each group is its own item
   std::vector<int32_t> group_node;        // [num_groups]
   std::vector<int32_t> group_position;    // [num_groups] arrival order on its node
   std::vector<int32_t> node_experts;      // [num_nodes, experts_per_node] logical expert ids
@@ -81,7 +87,7 @@ void rebalance_layer(const LayerShape& s, const double* load, int32_t* phy2log,
     for (int64_t i = 0; i < s.group_size; ++i) sum += load[g * s.group_size + i];
     w.group_load[static_cast<size_t>(g)] = sum;
   }
-  balance::balanced_packing(w.group_load, s.num_nodes, w.group_node, w.group_position);
+  balance::balanced_packing(w.group_load, w.group_id, s.num_nodes, w.group_node, w.group_position);
   const int64_t groups_per_node = s.num_groups / s.num_nodes;
   for (int64_t g = 0; g < s.num_groups; ++g) {
     const int64_t first = (w.group_node[static_cast<size_t>(g)] * groups_per_node +
@@ -104,7 +110,8 @@ void rebalance_layer(const LayerShape& s, const double* load, int32_t* phy2log,
       const size_t i = static_cast<size_t>(w.replica_expert[static_cast<size_t>(r)]);
       w.replica_load[static_cast<size_t>(r)] = w.expert_load[i] / w.expert_count[i];
     }
-    balance::balanced_packing(w.replica_load, s.gpus_per_node, w.replica_gpu, w.replica_position);
+    balance::balanced_packing(w.replica_load, w.replica_expert, s.gpus_per_node, w.replica_gpu,
+                              w.replica_position);
 
     for (int64_t r = 0; r < s.slots_per_node; ++r) {
       const size_t ri = static_cast<size_t>(r);

@@ -85,6 +85,30 @@ EplbCase random_eplb_case(uint64_t seed) {
   return c;
 }
 
+EplbCase crowded_eplb_case(uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  auto uniform = [&rng](int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+  };
+  EplbCase c;
+  c.seed = seed;
+  c.config.num_nodes = uniform(1, 3);
+  c.config.num_gpus = c.config.num_nodes * uniform(2, 4);
+  // One group per node (hierarchical) or one group in all (global, unless there is one node).
+  c.config.num_groups = uniform(0, 1) == 0 ? c.config.num_nodes : 1;
+  c.config.num_replicas = c.config.num_gpus * uniform(4, 8);
+  const int64_t slots_per_group = c.config.num_replicas / c.config.num_groups;
+  c.num_logical_experts =
+      c.config.num_groups * uniform(slots_per_group / 3, slots_per_group * 2 / 3);
+  c.num_layers = uniform(1, 4);
+  const int64_t num_values = uniform(2, 3);
+  c.distribution = fmt::format("crowded, loads 1..{}", num_values);
+  c.counts.resize(static_cast<size_t>(c.num_layers * c.num_logical_experts));
+  for (int64_t& count : c.counts) count = uniform(1, num_values);
+  c.weight.assign(c.counts.begin(), c.counts.end());
+  return c;
+}
+
 std::vector<uint64_t> eplb_case_seeds(uint64_t first, int count) {
   if (const char* only = std::getenv("MOE_EPLB_SEED")) return {std::stoull(only)};
   std::vector<uint64_t> seeds(static_cast<size_t>(count));

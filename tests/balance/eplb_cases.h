@@ -29,6 +29,11 @@ struct EplbCase {
 // values (to exercise ties).
 EplbCase random_eplb_case(uint64_t seed);
 
+// Few GPUs per node (2..4) with many slots each (4..8), about two replicas per expert and loads
+// of two or three distinct values: bins fill unevenly on ties, the hard case for spreading an
+// expert's replicas over distinct GPUs.
+EplbCase crowded_eplb_case(uint64_t seed);
+
 // The seeds of the random tests; MOE_EPLB_SEED=<seed> reruns one failing case alone.
 std::vector<uint64_t> eplb_case_seeds(uint64_t first, int count);
 

@@ -189,9 +189,9 @@ TEST(EplbPlacement, ContiguousLayout) {
 }
 
 // Ties break toward the lower index everywhere: the first of equally loaded experts gets the next
-// replica (torch.max returns the first maximum), equal items pack in index order (where the
-// reference's unstable sort leaves the order to its implementation) and the first of equally
-// light GPUs takes the next item.
+// replica (torch.max returns the first maximum), equal items pack in expert order, an expert's
+// replicas together (where the reference's unstable sort leaves the order to its implementation),
+// and the first of equally light GPUs takes the next item.
 TEST(EplbRebalance, TiesBreakTowardLowerIndex) {
   const EplbConfig config{.num_replicas = 4, .num_groups = 1, .num_nodes = 1, .num_gpus = 2};
   const ExpertPlacement equal = rebalance_experts(std::vector<double>{4, 4, 4, 4}, 1, 4, config);
