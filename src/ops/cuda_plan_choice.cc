@@ -21,8 +21,8 @@ namespace {
 // A table holds a few dozen entries; anything far larger is not one.
 constexpr std::uintmax_t kMaxTableBytes = 1 << 20;
 
-// Whether `name` is a name table_file_name gives, so a table saved under a misspelt name fails
-// loudly instead of never being looked up.
+// Throws unless `name` is one table_file_name gives, so that a table saved under a misspelt name
+// fails loudly instead of never being looked up.
 void check_file_name(const std::string& name, std::string_view source) {
   static const std::regex pattern(
       "E=([0-9]+),H=([0-9]+),I=([0-9]+),k=([0-9]+),device_name=([^ /]+)\\.json");

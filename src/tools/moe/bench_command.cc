@@ -30,6 +30,7 @@ struct BenchOptions {
   uint64_t seed = 0;
 };
 
+#ifdef MOE_WITH_CUDA
 void write_text(const std::string& path, const std::string& text) {
   std::FILE* file = std::fopen(path.c_str(), "w");
   if (file == nullptr) fail("--output: cannot open '{}' for writing", path);
@@ -37,7 +38,6 @@ void write_text(const std::string& path, const std::string& text) {
   if (std::fclose(file) != 0 || !written) fail("--output: cannot write '{}'", path);
 }
 
-#ifdef MOE_WITH_CUDA
 void bench_cuda(const BenchOptions& o) {
   const MoeConfig config = resolve_config(o.preset);
   const CudaCeilings ceilings = measure_cuda_ceilings();

@@ -36,11 +36,11 @@ struct TuneOptions {
   bool json = false;
 };
 
+#ifdef MOE_WITH_CUDA
 // The bar for running untuned: the built-in default at most 10% slower than the tuned
 // plan at every size.
 constexpr double kDefaultSlowdownBound = 1.10;
 
-#ifdef MOE_WITH_CUDA
 // The tuned and the built-in plan at one token count.
 struct TunedSize {
   const CudaBenchRow* best = nullptr;
