@@ -12,9 +12,11 @@
 
 #ifdef MOE_WITH_CUDA
 #include <map>
+#include <string>
 
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/fused_experts.h"
+#include "ops/cuda_plan_choice.h"
 #endif
 
 namespace moe {
@@ -37,12 +39,23 @@ Backend resolve_backend(Backend requested, Device device) {
 }
 
 #ifdef MOE_WITH_CUDA
-// One workspace per thread and device, grown to the largest call seen and then reused.
+// The name plan tables are keyed by; asked once per thread and device, since the query is slow.
+const std::string& device_name(int device) {
+  thread_local std::map<int, std::string> names;
+  const auto known = names.find(device);
+  if (known != names.end()) return known->second;
+  cudaDeviceProp properties{};
+  cuda::check(cudaGetDeviceProperties(&properties, device), "cudaGetDeviceProperties");
+  return names.emplace(device, properties.name).first->second;
+}
+
+// One workspace per thread and device, grown to the largest call seen and then reused. The plan
+// is the tuned one for this GPU and shape where a table has it (ops/cuda_plan_choice.h).
 void run_cuda(const ExpertsProblem& problem, const ExpertsOptions& options, StageTimes* times) {
   thread_local std::map<int, cuda::ExpertsRunner> runners;
   int device = 0;
   cuda::check(cudaGetDevice(&device), "cudaGetDevice");
-  cuda::ExpertsPlan plan = cuda::default_plan(problem);
+  cuda::ExpertsPlan plan = cuda_plans::choose_plan(problem, device_name(device));
   if (options.block_m > 0 && options.block_m != plan.block_m) {
     // An explicit block_m picks the kernel made for that many rows per block.
     plan.block_m = options.block_m;

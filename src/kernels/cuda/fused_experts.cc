@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <string>
 
 #include "kernels/cuda/align_block_size.h"
 #include "kernels/cuda/check.h"
@@ -68,29 +69,37 @@ ExpertsPlan default_plan(const ExpertsProblem& problem) {
   return {GemmKernel::kMma, rows_per_expert <= 96 ? 64 : 128, false};
 }
 
-void check_plan(const ExpertsPlan& plan, const ExpertsProblem& problem) {
+std::string why_plan_cannot_run(const ExpertsPlan& plan, const ExpertsProblem& problem) {
   if (plan.tiny_batch && (plan.block_m != 1 || problem.expert_map != nullptr)) {
-    fail("plan: the tiny-batch path needs block_m 1 and no expert map; got block_m {}{}",
-         plan.block_m, problem.expert_map != nullptr ? " with an expert map" : "");
+    return fmt::format("the tiny-batch path needs block_m 1 and no expert map; got block_m {}{}",
+                       plan.block_m, problem.expert_map != nullptr ? " with an expert map" : "");
   }
   if (plan.kernel == GemmKernel::kStream && (plan.block_m < 1 || plan.block_m > kMaxStreamRows)) {
-    fail("plan: the stream kernel takes block_m in [1, {}]; got {}", kMaxStreamRows, plan.block_m);
+    return fmt::format("the stream kernel takes block_m in [1, {}]; got {}", kMaxStreamRows,
+                       plan.block_m);
   }
   if (plan.kernel == GemmKernel::kWgmma) {
-    if (!wgmma_available()) fail("plan: the wgmma kernel needs a Hopper GPU (sm_90)");
+    if (!wgmma_available()) return "the wgmma kernel needs a Hopper GPU (sm_90)";
     if (!wgmma_supports_block_m(plan.block_m)) {
-      fail("plan: the wgmma kernel takes block_m 64 or 128; got {}", plan.block_m);
+      return fmt::format("the wgmma kernel takes block_m 64 or 128; got {}", plan.block_m);
     }
   }
   if (plan.kernel != GemmKernel::kStream) {
     if (plan.kernel == GemmKernel::kMma && !mma_supports_block_m(plan.block_m)) {
-      fail("plan: the tensor-core kernel takes block_m 16, 32, 64 or 128; got {}", plan.block_m);
+      return fmt::format("the tensor-core kernel takes block_m 16, 32, 64 or 128; got {}",
+                         plan.block_m);
     }
     if (problem.hidden_size % 8 != 0 || problem.intermediate_size % 8 != 0) {
-      fail("plan: the tensor-core kernel needs H and I multiples of 8; got H {}, I {}",
-           problem.hidden_size, problem.intermediate_size);
+      return fmt::format("the tensor-core kernel needs H and I multiples of 8; got H {}, I {}",
+                         problem.hidden_size, problem.intermediate_size);
     }
   }
+  return {};
+}
+
+void check_plan(const ExpertsPlan& plan, const ExpertsProblem& problem) {
+  const std::string reason = why_plan_cannot_run(plan, problem);
+  if (!reason.empty()) fail("plan: {}", reason);
 }
 
 void ExpertsRunner::reserve(const ExpertsProblem& problem, const ExpertsPlan& plan) {

@@ -6,6 +6,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <string>
 
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/grouped_gemm.h"
@@ -28,8 +29,11 @@ struct ExpertsPlan {
 // (weights dominate), tensor cores once rows per expert make the GEMMs compute-bound.
 ExpertsPlan default_plan(const ExpertsProblem& problem);
 
-// Throws moe::Error when `plan` cannot run `problem` (block_m the kernel does not take, rows
-// the tensor-core kernel cannot load, tiny batch with block_m != 1 or an expert map).
+// Why `plan` cannot run `problem` (block_m the kernel does not take, rows the tensor-core kernel
+// cannot load, tiny batch with block_m != 1 or an expert map); empty when it can.
+std::string why_plan_cannot_run(const ExpertsPlan& plan, const ExpertsProblem& problem);
+
+// Throws moe::Error with that reason when `plan` cannot run `problem`.
 void check_plan(const ExpertsPlan& plan, const ExpertsProblem& problem);
 
 // Owns the device workspace. After the first call of a given shape, later calls of that shape

@@ -30,6 +30,7 @@ struct BenchOptions {
   uint64_t seed = 0;
 };
 
+#ifdef MOE_WITH_CUDA
 void write_text(const std::string& path, const std::string& text) {
   std::FILE* file = std::fopen(path.c_str(), "w");
   if (file == nullptr) fail("--output: cannot open '{}' for writing", path);
@@ -37,7 +38,6 @@ void write_text(const std::string& path, const std::string& text) {
   if (std::fclose(file) != 0 || !written) fail("--output: cannot write '{}'", path);
 }
 
-#ifdef MOE_WITH_CUDA
 void bench_cuda(const BenchOptions& o) {
   const MoeConfig config = resolve_config(o.preset);
   const CudaCeilings ceilings = measure_cuda_ceilings();
@@ -96,7 +96,9 @@ void bench_cuda(const BenchOptions& o) {
         r.weight_bytes / r.median_us / 1e6, r.align_us, r.gemm1_us, r.gemm2_us, r.sum_us,
         r.distinct_experts, r.workspace_bytes / 1e6);
   }
-  fmt::print("\n* the plan chosen by default; TB/s counts the distinct experts' weights only\n");
+  fmt::print(
+      "\n* the built-in default plan (tuned tables in configs/cuda take precedence: moe tune); "
+      "TB/s counts the distinct experts' weights only\n");
 }
 #endif
 
@@ -121,7 +123,9 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--preset", options->preset, "Preset name or config.json path")
       ->capture_default_str();
   cmd->add_option("--device", options->device, "Where to run: cuda")->capture_default_str();
-  cmd->add_option("--tokens", options->tokens, "Token counts to sweep")->capture_default_str();
+  cmd->add_option("--tokens", options->tokens, "Token counts to sweep, comma separated")
+      ->delimiter(',')
+      ->capture_default_str();
   cmd->add_option("--repeats", options->repeats, "Timed replays per routing set")
       ->capture_default_str();
   cmd->add_flag("--sweep", options->sweep, "Also time every kernel plan that can run each size");

@@ -13,5 +13,6 @@ void add_plan_command(CLI::App& app);
 void add_trace_command(CLI::App& app);
 void add_place_command(CLI::App& app);
 void add_eplb_command(CLI::App& app);
+void add_tune_command(CLI::App& app);
 
 }  // namespace moe::cli

@@ -16,11 +16,13 @@
 #include "kernels/cuda/fused_experts.h"
 #include "kernels/experts_problem.h"
 #include "moe/error.h"
+#include "ops/cuda_plan_table.h"
 
 namespace moe::cli {
 namespace {
 
 using cuda::check;
+using cuda_plans::plan_name;
 
 double median(std::vector<double> values) {
   std::sort(values.begin(), values.end());
@@ -46,14 +48,6 @@ double median_us(cudaStream_t stream, int repeats, Body body) {
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
   return median(times);
-}
-
-std::string plan_name(const cuda::ExpertsPlan& plan) {
-  if (plan.tiny_batch) return "tiny/1";
-  const char* kernel = plan.kernel == cuda::GemmKernel::kMma     ? "mma"
-                       : plan.kernel == cuda::GemmKernel::kWgmma ? "wgmma"
-                                                                 : "stream";
-  return fmt::format("{}/{}", kernel, plan.block_m);
 }
 
 // The plans worth timing at this size: the stream kernel re-reads an expert's weights for every

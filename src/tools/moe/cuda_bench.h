@@ -27,8 +27,8 @@ struct CudaCeilings {
 
 struct CudaBenchRow {
   int64_t tokens = 0;
-  std::string plan;  // "stream/16", "mma/128", "tiny/1"
-  bool is_default = false;
+  std::string plan;         // cuda_plans::plan_name: "stream/16", "mma/128", "tiny/1"
+  bool is_default = false;  // cuda::default_plan, the choice when no tuned table has the shape
   double median_us = 0, min_us = 0;
   double align_us = 0, gemm1_us = 0, gemm2_us = 0, sum_us = 0;  // one un-captured call
   double distinct_experts = 0;                                  // mean over the routing sets

@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   moe::cli::add_trace_command(app);
   moe::cli::add_place_command(app);
   moe::cli::add_eplb_command(app);
+  moe::cli::add_tune_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,133 @@
+#include "ops/cuda_plan_choice.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <regex>
+#include <sstream>
+#include <stdexcept>
+#include <vector>
+
+#include "moe/error.h"
+#include "ops/embedded_cuda_plans.h"
+
+namespace moe::cuda_plans {
+namespace {
+
+// A table holds a few dozen entries; anything far larger is not one.
+constexpr std::uintmax_t kMaxTableBytes = 1 << 20;
+
+// Throws unless `name` is one table_file_name gives, so that a table saved under a misspelt name
+// fails loudly instead of never being looked up.
+void check_file_name(const std::string& name, std::string_view source) {
+  static const std::regex pattern(
+      "E=([0-9]+),H=([0-9]+),I=([0-9]+),k=([0-9]+),device_name=([^ /]+)\\.json");
+  std::smatch match;
+  bool canonical = std::regex_match(name, match, pattern);
+  if (canonical) {
+    try {
+      canonical = name == table_file_name(match[5].str(), std::stoll(match[1].str()),
+                                          std::stoll(match[2].str()), std::stoll(match[3].str()),
+                                          std::stoll(match[4].str()));
+    } catch (const std::out_of_range&) {
+      canonical = false;
+    }
+  }
+  if (!canonical) {
+    fail(
+        "{}: expected a plan table named E=<experts>,H=<hidden>,I=<intermediate>,k=<top_k>,"
+        "device_name=<GPU name, spaces as _>.json; got the name \"{}\"",
+        source, name);
+  }
+}
+
+std::string read_table_file(const std::filesystem::path& path) {
+  std::error_code size_error;
+  const std::uintmax_t size = std::filesystem::file_size(path, size_error);
+  if (size_error) fail("{}: cannot read plan table: {}", path.string(), size_error.message());
+  if (size > kMaxTableBytes) {
+    fail("{}: file is {} bytes; expected a plan table of at most {} bytes", path.string(), size,
+         kMaxTableBytes);
+  }
+  std::ifstream file(path, std::ios::binary);
+  if (!file) fail("{}: cannot open plan table: {}", path.string(), std::strerror(errno));
+  std::ostringstream text;
+  text << file.rdbuf();
+  if (file.bad()) fail("{}: cannot read plan table: {}", path.string(), std::strerror(errno));
+  return text.str();
+}
+
+// The *.json files of `folder`, sorted so that errors come in a stable order.
+std::vector<std::filesystem::path> table_files(const std::string& folder) {
+  std::error_code error;
+  std::filesystem::directory_iterator it(folder, error);
+  if (error) {
+    fail("tuning folder \"{}\" ({}): expected a folder of plan tables; cannot list it: {}", folder,
+         kTuningDirVariable, error.message());
+  }
+  std::vector<std::filesystem::path> files;
+  for (; it != std::filesystem::directory_iterator(); it.increment(error)) {
+    if (it->path().extension() == ".json" && !it->is_directory()) files.push_back(it->path());
+  }
+  if (error) {
+    fail("tuning folder \"{}\" ({}): cannot list it: {}", folder, kTuningDirVariable,
+         error.message());
+  }
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+}  // namespace
+
+PlanTables load_tables(const std::string& tuning_dir) {
+  PlanTables tables;
+  for (const EmbeddedTable& embedded : embedded_tables()) {
+    const std::string name(embedded.file_name);
+    const std::string source = "configs/cuda/" + name + " (compiled in)";
+    check_file_name(name, source);
+    tables[name] = parse_table(embedded.json_text, source);
+  }
+  if (tuning_dir.empty()) return tables;
+  for (const std::filesystem::path& path : table_files(tuning_dir)) {
+    const std::string name = path.filename().string();
+    check_file_name(name, path.string());
+    tables[name] = parse_table(read_table_file(path), path.string());
+  }
+  return tables;
+}
+
+std::shared_ptr<const PlanTables> current_tables() {
+  static std::mutex mutex;
+  static std::shared_ptr<const PlanTables> tables;
+  static std::string loaded_from;
+  const char* value = std::getenv(kTuningDirVariable);
+  const std::string tuning_dir = value != nullptr ? value : "";
+  const std::lock_guard lock(mutex);
+  if (tables == nullptr || tuning_dir != loaded_from) {
+    tables = std::make_shared<const PlanTables>(load_tables(tuning_dir));
+    loaded_from = tuning_dir;
+  }
+  return tables;
+}
+
+cuda::ExpertsPlan choose_plan(const ExpertsProblem& problem, std::string_view device_name,
+                              const PlanTables& tables) {
+  const auto table =
+      tables.find(table_file_name(device_name, problem.num_local_experts, problem.hidden_size,
+                                  problem.intermediate_size, problem.top_k));
+  if (table != tables.end()) {
+    const cuda::ExpertsPlan plan = closest_plan(table->second, problem.num_tokens);
+    if (cuda::why_plan_cannot_run(plan, problem).empty()) return plan;
+  }
+  return cuda::default_plan(problem);
+}
+
+cuda::ExpertsPlan choose_plan(const ExpertsProblem& problem, std::string_view device_name) {
+  return choose_plan(problem, device_name, *current_tables());
+}
+
+}  // namespace moe::cuda_plans
