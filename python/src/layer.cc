@@ -27,6 +27,8 @@ struct PyLayer {
   explicit PyLayer(MoeLayer moe_layer) : layer(std::move(moe_layer)) {}
   MoeLayer layer;
   std::mutex mutex;
+  // The cpu backend keeps the expert weights packed only; `weights` unpacks them once, here.
+  std::optional<LayerWeights> unpacked;
 };
 
 // Every way of building a layer ends here, so each gets the same options and checks.
@@ -132,9 +134,14 @@ nb::dict last_stage_times(PyLayer& self) {
   return times;
 }
 
-// Zero-copy read-only views; each keeps the layer alive.
+// Read-only views; each keeps the layer alive. The expert weights of a cpu layer are unpacked
+// copies made on first use; the rest are zero-copy.
 nb::dict weights(nb::handle self_object) {
-  const LayerWeights& w = nb::cast<PyLayer&>(self_object).layer.weights();
+  PyLayer& self = nb::cast<PyLayer&>(self_object);
+  const LayerWeights& w = locked(self, [&]() -> const LayerWeights& {
+    if (!self.unpacked) self.unpacked = self.layer.unpacked_weights();
+    return *self.unpacked;
+  });
   nb::dict views;
   const std::pair<const char*, const Tensor*> named[] = {{"router", &w.router},
                                                          {"router_bias", &w.router_bias},
