@@ -13,11 +13,12 @@
 // TDPBF16PS expects. A block of up to 16 rows uses only tmm0, tmm1, tmm4, tmm6, tmm7.
 //
 // Tiles provides (kTile, kA, kB are tile register numbers):
+//   begin(), end()                per thread, around its calls: ldtilecfg (amx_tile_config()),
+//                                 tilerelease
 //   zero<kTile>()                 tilezero
 //   load<kTile>(const void* base, int64_t stride)    tileloadd: 16 rows of 64 bytes
 //   dot<kC, kA, kB>()             tdpbf16ps
 //   store<kTile>(void* base, int64_t stride)         tilestored
-// and the thread has configured every tile as 16 rows x 64 bytes (amx_tile_config below).
 //
 // NOTE: internal linkage on purpose, as in fma_tile.h: each includer compiles its own copy.
 #pragma once
@@ -34,6 +35,11 @@ constexpr int64_t kTileRows = 16;
 constexpr int64_t kTileRowBytes = 64;
 constexpr int64_t kTileK = 32;  // bf16 values per A tile row
 constexpr int64_t kAmxMaxRows = 2 * kTileRows;
+// Rows from which a block runs on tiles. Below it, decode-sized blocks take the vdpbf16ps kernel:
+// both are bound by streaming the weights, and the dot-product kernel wastes no work on zero rows.
+constexpr int64_t kAmxFromRows = 4;
+// About 2 TFLOP/s of AMX-BF16 against 25 GB/s of DRAM reads on two cores.
+constexpr double kAmxFlopsPerByte = 80;
 
 // The 64-byte operand of ldtilecfg (palette 1): every tile 16 rows x 64 bytes.
 struct alignas(64) AmxTileConfig {
@@ -43,6 +49,7 @@ struct alignas(64) AmxTileConfig {
   uint16_t bytes_per_row[16] = {};
   uint8_t rows[16] = {};
 };
+static_assert(sizeof(AmxTileConfig) == 64, "ldtilecfg reads exactly 64 bytes");
 
 AmxTileConfig amx_tile_config() {
   AmxTileConfig config;
@@ -89,16 +96,20 @@ void amx_pair(const TileArgs& t) {
   }
 }
 
+// The amx path's kernel set: tiles for blocks of kAmxFromRows rows or more, the avx512bf16 kernels
+// (`dot_kernels`) for fewer.
 template <typename Tiles>
-TileKernel amx_tile_kernel() {
-  TileKernel kernel;
-  kernel.a_dtype = DType::kBF16;
-  kernel.max_rows = kAmxMaxRows;
-  kernel.row_multiple = kTileRows;
-  kernel.run = &amx_pair<Tiles>;
-  kernel.thread_begin = &Tiles::begin;
-  kernel.thread_end = &Tiles::end;
-  return kernel;
+ExpertKernels amx_expert_kernel_set(const ExpertKernels& dot_kernels) {
+  ExpertKernels kernels = dot_kernels;
+  kernels.many.a_dtype = DType::kBF16;
+  kernels.many.max_rows = kAmxMaxRows;
+  kernels.many.row_multiple = kTileRows;
+  kernels.many.run = &amx_pair<Tiles>;
+  kernels.many.thread_begin = &Tiles::begin;
+  kernels.many.thread_end = &Tiles::end;
+  kernels.many_from = kAmxFromRows;
+  kernels.flops_per_byte = kAmxFlopsPerByte;
+  return kernels;
 }
 
 }  // namespace

@@ -1,7 +1,6 @@
-// The amx path: amx_bf16_tile.h on the AMX instructions for blocks of rows, and the avx512bf16
-// dot-product kernel for blocks of fewer than kAmxFromRows rows, where a tile would multiply
-// mostly zero rows and the weights stream at memory speed either way. bf16 weights only; the
-// path runs the avx512 kernels for other weight dtypes (expert_kernels.cc).
+// The amx path: amx_bf16_tile.h on the AMX instructions for blocks of rows, the avx512bf16
+// dot-product kernel for blocks of fewer than kAmxFromRows rows. bf16 weights only; the path runs
+// the avx512 kernels for other weight dtypes (expert_kernels.cc).
 //
 // The tile instructions are written as inline assembly with a "memory" clobber: the compiler
 // must see that tileloadd reads the rows the driver just packed and that tilestored writes the
@@ -30,12 +29,6 @@
 namespace moe::cpu {
 
 namespace {
-
-// Rows from which a block runs on tiles. Below it, decode-sized blocks take vdpbf16ps: both are
-// bound by streaming the weights, and the dot-product kernel wastes no work on zero rows.
-constexpr int64_t kAmxFromRows = 4;
-// About 2 TFLOP/s of AMX-BF16 against 25 GB/s of DRAM reads on two cores.
-constexpr double kFlopsPerByte = 80;
 
 struct AmxTiles {
   static void begin() {
@@ -66,11 +59,7 @@ struct AmxTiles {
 }  // namespace
 
 ExpertKernels amx_expert_kernels() {
-  ExpertKernels kernels = avx512bf16_expert_kernels();
-  kernels.many = amx_tile_kernel<AmxTiles>();
-  kernels.many_from = kAmxFromRows;
-  kernels.flops_per_byte = kFlopsPerByte;
-  return kernels;
+  return amx_expert_kernel_set<AmxTiles>(avx512bf16_expert_kernels());
 }
 
 double amx_peak_loop(int64_t iterations) {

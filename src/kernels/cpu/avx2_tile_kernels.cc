@@ -1,6 +1,5 @@
-// The avx2 path: fma_tile.h compiled for AVX2 + FMA (8 lanes), f16 weights widened with F16C.
-// Blocks of 6 rows by one 16-column panel keep 12 accumulators in the 16 YMM registers beside the
-// weights and the broadcast input. Tested by tests/kernels/tile_kernels_test.cc.
+// The avx2 path: fma_tile.h compiled for AVX2 + FMA with the Avx2FmaShape blocking, f16 weights
+// widened with F16C. Tested by tests/kernels/tile_kernels_test.cc.
 #include <immintrin.h>
 
 #include <cstdint>
@@ -18,11 +17,7 @@ namespace moe::cpu {
 
 namespace {
 
-constexpr int kLanes = 8;
-constexpr int kMaxRows = 6;
-constexpr int kPanelsPerBlock = 1;
-// About 150 GFLOP/s of f32 FMA against 20 GB/s of DRAM reads on two cores.
-constexpr double kFlopsPerByte = 8;
+constexpr int kLanes = Avx2FmaShape::kLanes;
 
 struct F16cLoad {
   static constexpr int64_t kBytes = 2;
@@ -35,8 +30,7 @@ struct F16cLoad {
 }  // namespace
 
 ExpertKernels avx2_expert_kernels(DType weight_dtype) {
-  return fma_expert_kernels<kLanes, kMaxRows, kPanelsPerBlock, F16cLoad>(weight_dtype,
-                                                                        kFlopsPerByte);
+  return fma_expert_kernels<Avx2FmaShape, F16cLoad>(weight_dtype);
 }
 
 double avx2_peak_loop(int64_t iterations) { return fma_peak_loop<kLanes>(iterations); }

@@ -1,7 +1,6 @@
-// The avx512 path: fma_tile.h compiled for AVX-512F (16 lanes), f16 weights widened with
-// vcvtph2ps. Blocks of 8 rows by both panels keep 16 accumulators in the 32 ZMM registers.
-// This machine-independent logic is also run on AVX2 machines: tests/kernels compiles the same
-// 16-lane template for AVX2.
+// The avx512 path: fma_tile.h compiled for AVX-512F with the Avx512FmaShape blocking, f16 weights
+// widened with vcvtph2ps. The same template with the same shape also runs on AVX2 machines:
+// tests/kernels compiles it for AVX2, so only this file's target and f16 loader need AVX-512.
 #include <immintrin.h>
 
 #include <cstdint>
@@ -25,11 +24,7 @@ namespace moe::cpu {
 
 namespace {
 
-constexpr int kLanes = 16;
-constexpr int kMaxRows = 8;
-constexpr int kPanelsPerBlock = 2;
-// About 300 GFLOP/s of f32 FMA against 25 GB/s of DRAM reads on two cores.
-constexpr double kFlopsPerByte = 12;
+constexpr int kLanes = Avx512FmaShape::kLanes;
 
 struct F16Load {
   static constexpr int64_t kBytes = 2;
@@ -42,8 +37,7 @@ struct F16Load {
 }  // namespace
 
 ExpertKernels avx512_expert_kernels(DType weight_dtype) {
-  return fma_expert_kernels<kLanes, kMaxRows, kPanelsPerBlock, F16Load>(weight_dtype,
-                                                                       kFlopsPerByte);
+  return fma_expert_kernels<Avx512FmaShape, F16Load>(weight_dtype);
 }
 
 double avx512_peak_loop(int64_t iterations) { return fma_peak_loop<kLanes>(iterations); }

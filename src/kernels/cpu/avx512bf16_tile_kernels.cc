@@ -1,5 +1,4 @@
-// The avx512bf16 path: bf16_dot_tile.h on the AVX512-BF16 instructions. Blocks of 8 rows by both
-// panels: 16 ZMM accumulators, two weight registers, one broadcast. bf16 weights only; the path
+// The avx512bf16 path: bf16_dot_tile.h on the AVX512-BF16 instructions. bf16 weights only; the path
 // runs the avx512 kernels for other weight dtypes (expert_kernels.cc). The loop itself is
 // exercised on any machine through an emulation of these four operations in
 // tests/kernels/tile_kernels_test.cc; only this file's intrinsics need the real CPU.
@@ -26,10 +25,6 @@ namespace moe::cpu {
 
 namespace {
 
-constexpr int kMaxRows = 8;
-// About 0.6 TFLOP/s of bf16 dot products against 25 GB/s of DRAM reads on two cores.
-constexpr double kFlopsPerByte = 24;
-
 struct Avx512Bf16Ops {
   using Acc = __m512;
   using Weights = __m512bh;
@@ -51,12 +46,7 @@ struct Avx512Bf16Ops {
 
 }  // namespace
 
-ExpertKernels avx512bf16_expert_kernels() {
-  ExpertKernels kernels;
-  kernels.few = kernels.many = bf16_dot_tile_kernel<Avx512Bf16Ops, kMaxRows>();
-  kernels.flops_per_byte = kFlopsPerByte;
-  return kernels;
-}
+ExpertKernels avx512bf16_expert_kernels() { return bf16_dot_expert_kernels<Avx512Bf16Ops>(); }
 
 double avx512bf16_peak_loop(int64_t iterations) {
   constexpr int kChains = 12;
