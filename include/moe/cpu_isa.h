@@ -1,7 +1,7 @@
 // Which instruction set the CPU experts kernels use, chosen at run time from what the CPU and the
 // operating system support.
 //
-//   amx          AMX-BF16 tiles for blocks of rows, AVX512-BF16 dot products for few rows
+//   amx          AMX-BF16 tiles (TDPBF16PS)
 //   avx512bf16   AVX512-BF16 dot products (vdpbf16ps)
 //   avx512       AVX-512F fused multiply-adds in f32
 //   avx2         AVX2 + FMA fused multiply-adds in f32

@@ -254,6 +254,42 @@ TEST(FusedExperts, SameBitsForOneAndTwoThreads) {
   }
 }
 
+// The first `tokens` tokens of a case's inputs (the weights are shared).
+ExpertsInputs first_tokens(const ExpertsInputs& in, int64_t tokens) {
+  ExpertsInputs out = in;
+  const auto head = [&](const Tensor& t) {
+    Tensor part(t.dtype(), {tokens, t.size(1)});
+    std::memcpy(part.data<void>(), t.data<void>(), part.nbytes());
+    return part;
+  };
+  out.hidden = head(in.hidden);
+  out.topk_ids = head(in.topk_ids);
+  out.topk_weights = head(in.topk_weights);
+  return out;
+}
+
+TEST(FusedExperts, ATokensResultDoesNotDependOnItsBatch) {
+  // Skewed routing: in the full batch expert 0 holds dozens of rows (several tile blocks); in the
+  // first three tokens alone it holds at most three.
+  ExpertsCase c;
+  c.num_tokens = 60;
+  c.hidden_size = 40;
+  c.intermediate_size = 20;
+  c.num_experts = 6;
+  c.top_k = 2;
+  c.dtype = c.weight_dtype = DType::kBF16;
+  c.routing = Routing::kSkewed;
+  c.seed = 21;
+  const ExpertsInputs full = make_inputs(c);
+  const ExpertsInputs few = first_tokens(full, 3);
+  const size_t bytes = 3 * static_cast<size_t>(c.hidden_size) * dtype_size(c.dtype);
+  for (const KernelSet& set : runnable_kernel_sets(c.weight_dtype)) {
+    const Tensor all = run_cpu_kernels(full, set.kernels, 2);
+    const Tensor head = run_cpu_kernels(few, set.kernels, 2);
+    EXPECT_EQ(std::memcmp(all.data<void>(), head.data<void>(), bytes), 0) << set.name;
+  }
+}
+
 TEST(FusedExperts, NonFiniteHiddenRowChangesNoOtherToken) {
   ExpertsCase c;
   c.num_tokens = 20;

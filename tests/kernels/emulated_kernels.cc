@@ -117,7 +117,7 @@ cpu::ExpertKernels emulated_avx512bf16_kernels() {
 }
 
 cpu::ExpertKernels emulated_amx_kernels() {
-  return cpu::amx_expert_kernel_set<EmulatedTiles>(emulated_avx512bf16_kernels());
+  return cpu::amx_expert_kernel_set<EmulatedTiles>();
 }
 
 std::vector<KernelSet> runnable_kernel_sets(DType weight_dtype) {

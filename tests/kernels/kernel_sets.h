@@ -1,8 +1,7 @@
 // Every CPU experts kernel set this machine can run, for the tests that compare them: the real
 // paths it supports, plus the logic of the paths it lacks run on emulated or narrower hardware:
 //   emulated-avx512bf16   bf16_dot_tile.h on a scalar emulation of vdpbf16ps
-//   emulated-amx          amx_bf16_tile.h on a scalar emulation of the AMX tiles, with the
-//                         emulated-avx512bf16 kernel for few rows, as the amx path composes them
+//   emulated-amx          amx_bf16_tile.h on a scalar emulation of the AMX tiles
 //   avx512-logic-on-avx2  fma_tile.h with the avx512 path's shape (16 lanes, 8 rows, 2 panels),
 //                         compiled for AVX2
 // The emulations follow the instructions' documented arithmetic (bf16 products are exact in f32,

@@ -16,12 +16,6 @@
 namespace moe::testing {
 namespace {
 
-struct TileCase {
-  int64_t k = 0;
-  int64_t rows = 0;
-  bool many = false;  // the kernel set's block kernel, else its few-rows kernel
-};
-
 // Runs one kernel on rows x k inputs and a 32 x k weight matrix; fails on the first output that
 // differs from the exact integer result.
 void check_tile(const KernelSet& set, const cpu::TileKernel& kernel, DType weight_dtype,
@@ -76,12 +70,10 @@ void check_tile(const KernelSet& set, const cpu::TileKernel& kernel, DType weigh
 
 void check_kernel_set(const KernelSet& set, DType weight_dtype) {
   uint64_t seed = 1;
-  for (const bool many : {false, true}) {
-    const cpu::TileKernel& kernel = many ? set.kernels.many : set.kernels.few;
-    for (int64_t k : {1, 2, 7, 8, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100}) {
-      for (int64_t rows = 1; rows <= kernel.max_rows; ++rows) {
-        check_tile(set, kernel, weight_dtype, k, rows, seed++);
-      }
+  const cpu::TileKernel& kernel = set.kernels.tile;
+  for (int64_t k : {1, 2, 7, 8, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100}) {
+    for (int64_t rows = 1; rows <= kernel.max_rows; ++rows) {
+      check_tile(set, kernel, weight_dtype, k, rows, seed++);
     }
   }
 }

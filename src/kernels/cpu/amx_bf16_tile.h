@@ -35,9 +35,9 @@ constexpr int64_t kTileRows = 16;
 constexpr int64_t kTileRowBytes = 64;
 constexpr int64_t kTileK = 32;  // bf16 values per A tile row
 constexpr int64_t kAmxMaxRows = 2 * kTileRows;
-// Rows from which a block runs on tiles. Below it, decode-sized blocks take the vdpbf16ps kernel:
-// both are bound by streaming the weights, and the dot-product kernel wastes no work on zero rows.
-constexpr int64_t kAmxFromRows = 4;
+// How far ahead the B panels are prefetched, in steps of 32 along k (1 KiB per panel and step):
+// decode blocks of one or two rows are bound by streaming the weights from memory.
+constexpr int64_t kAmxPrefetchSteps = 4;
 // About 2 TFLOP/s of AMX-BF16 against 25 GB/s of DRAM reads on two cores.
 constexpr double kAmxFlopsPerByte = 80;
 
@@ -76,6 +76,10 @@ void amx_pair(const TileArgs& t) {
   for (int64_t k0 = 0; k0 < t.k; k0 += kTileK) {
     // 32 k values are 16 k pairs: 16 rows of 64 bytes of each panel.
     const int64_t b_offset = k0 / 2 * kTileRowBytes;
+    for (int64_t line = 0; line < kTileRows * kTileRowBytes; line += 64) {
+      __builtin_prefetch(panel0 + b_offset + kAmxPrefetchSteps * kTileRows * kTileRowBytes + line);
+      __builtin_prefetch(panel1 + b_offset + kAmxPrefetchSteps * kTileRows * kTileRowBytes + line);
+    }
     Tiles::template load<6>(panel0 + b_offset, kTileRowBytes);
     Tiles::template load<7>(panel1 + b_offset, kTileRowBytes);
     Tiles::template load<4>(a + k0 * 2, a_stride_bytes);
@@ -96,18 +100,18 @@ void amx_pair(const TileArgs& t) {
   }
 }
 
-// The amx path's kernel set: tiles for blocks of kAmxFromRows rows or more, the avx512bf16 kernels
-// (`dot_kernels`) for fewer.
+// The amx path's kernel set (bf16 weights). Decode blocks run on tiles too, mostly zero rows:
+// a tile multiplies 2 KiB of weights in the time memory delivers a few hundred bytes, and one
+// kernel for every block size keeps each row's result independent of its batch.
 template <typename Tiles>
-ExpertKernels amx_expert_kernel_set(const ExpertKernels& dot_kernels) {
-  ExpertKernels kernels = dot_kernels;
-  kernels.many.a_dtype = DType::kBF16;
-  kernels.many.max_rows = kAmxMaxRows;
-  kernels.many.row_multiple = kTileRows;
-  kernels.many.run = &amx_pair<Tiles>;
-  kernels.many.thread_begin = &Tiles::begin;
-  kernels.many.thread_end = &Tiles::end;
-  kernels.many_from = kAmxFromRows;
+ExpertKernels amx_expert_kernel_set() {
+  ExpertKernels kernels;
+  kernels.tile.a_dtype = DType::kBF16;
+  kernels.tile.max_rows = kAmxMaxRows;
+  kernels.tile.row_multiple = kTileRows;
+  kernels.tile.run = &amx_pair<Tiles>;
+  kernels.tile.thread_begin = &Tiles::begin;
+  kernels.tile.thread_end = &Tiles::end;
   kernels.flops_per_byte = kAmxFlopsPerByte;
   return kernels;
 }

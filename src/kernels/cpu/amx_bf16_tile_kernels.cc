@@ -1,6 +1,5 @@
-// The amx path: amx_bf16_tile.h on the AMX instructions for blocks of rows, the avx512bf16
-// dot-product kernel for blocks of fewer than kAmxFromRows rows. bf16 weights only; the path runs
-// the avx512 kernels for other weight dtypes (expert_kernels.cc).
+// The amx path: amx_bf16_tile.h on the AMX instructions. bf16 weights only; the path runs the
+// avx512 kernels for other weight dtypes (expert_kernels.cc).
 //
 // The tile instructions are written as inline assembly with a "memory" clobber: the compiler
 // must see that tileloadd reads the rows the driver just packed and that tilestored writes the
@@ -58,9 +57,7 @@ struct AmxTiles {
 
 }  // namespace
 
-ExpertKernels amx_expert_kernels() {
-  return amx_expert_kernel_set<AmxTiles>(avx512bf16_expert_kernels());
-}
+ExpertKernels amx_expert_kernels() { return amx_expert_kernel_set<AmxTiles>(); }
 
 double amx_peak_loop(int64_t iterations) {
   // Four independent accumulator tiles fed from two A and two B tiles that stay in registers.

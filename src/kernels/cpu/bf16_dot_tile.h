@@ -77,7 +77,7 @@ ExpertKernels bf16_dot_expert_kernels() {
   kernel.max_rows = kBf16DotMaxRows;
   kernel.run = &bf16_dot_rows<Ops, kBf16DotMaxRows>;
   ExpertKernels kernels;
-  kernels.few = kernels.many = kernel;
+  kernels.tile = kernel;
   kernels.flops_per_byte = kBf16DotFlopsPerByte;
   return kernels;
 }

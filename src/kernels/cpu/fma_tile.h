@@ -169,7 +169,7 @@ ExpertKernels fma_expert_kernels(DType weight_dtype) {
                : weight_dtype == DType::kF32 ? &fma_rows<kLanes, kMaxRows, kPanels, 1, F16Load>
                                              : &fma_rows<kLanes, kMaxRows, kPanels, 2, F16Load>;
   ExpertKernels kernels;
-  kernels.few = kernels.many = kernel;
+  kernels.tile = kernel;
   kernels.flops_per_byte = Shape::kFlopsPerByte;
   return kernels;
 }

@@ -134,10 +134,9 @@ void run_item(const PackedGemmArgs& args, const ExpertKernels& kernels, const Ex
     t.panel_bytes = layout.panel_bytes();
     t.k = layout.k_padded;
     t.acc = b.acc;
+    const TileKernel& kernel = kernels.tile;
     for (int64_t r0 = 0; r0 < chunk.num_rows;) {
-      const int64_t remaining = chunk.num_rows - r0;
-      const TileKernel& kernel = remaining >= kernels.many_from ? kernels.many : kernels.few;
-      t.rows = std::min(kernel.max_rows, remaining);
+      t.rows = std::min(kernel.max_rows, chunk.num_rows - r0);
       t.a = b.rows + r0 * s.row_bytes;
       kernel.run(t);
       if (layout.gated) {
@@ -162,14 +161,14 @@ void packed_gemm(const PackedGemmArgs& args, const ExpertRows* groups, int64_t n
   costs.pair_flops_per_row = 2.0 * kPairWidth * static_cast<double>(layout.k);
   costs.flops_per_byte = kernels.flops_per_byte;
   costs.rows_per_pass = rows_per_pass;
-  costs.row_multiple = std::max(kernels.many.max_rows, kernels.few.max_rows);
+  costs.row_multiple = kernels.tile.max_rows;
   split_work(groups, num_groups, costs, num_threads, ws.chunks, ws.items);
   if (ws.items.empty()) return;
 
   int64_t max_rows = 0;
   for (const ExpertRows& chunk : ws.chunks) max_rows = std::max<int64_t>(max_rows, chunk.num_rows);
-  const DType kernel_dtype = kernels.many.a_dtype;
-  const int64_t row_multiple = std::max(kernels.many.row_multiple, kernels.few.row_multiple);
+  const DType kernel_dtype = kernels.tile.a_dtype;
+  const int64_t row_multiple = kernels.tile.row_multiple;
   const BufferShape shape = buffer_shape(max_rows, layout, kernel_dtype);
   const int64_t needed = num_threads * shape.floats + kFloatsPerCacheLine;
   if (static_cast<int64_t>(ws.thread_buffers.size()) < needed) {
@@ -184,7 +183,7 @@ void packed_gemm(const PackedGemmArgs& args, const ExpertRows* groups, int64_t n
 #pragma omp parallel num_threads(num_threads)
   {
     const ThreadBuffers mine = carve(base + omp_get_thread_num() * shape.floats, shape);
-    if (kernels.many.thread_begin) kernels.many.thread_begin();
+    if (kernels.tile.thread_begin) kernels.tile.thread_begin();
     int32_t gathered_chunk = -1;
 #pragma omp for schedule(dynamic, 1)
     for (int64_t i = 0; i < num_items; ++i) {
@@ -196,7 +195,7 @@ void packed_gemm(const PackedGemmArgs& args, const ExpertRows* groups, int64_t n
       }
       run_item(args, kernels, chunk, item, shape, mine);
     }
-    if (kernels.many.thread_end) kernels.many.thread_end();
+    if (kernels.tile.thread_end) kernels.tile.thread_end();
   }
 }
 

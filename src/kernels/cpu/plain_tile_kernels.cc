@@ -66,7 +66,7 @@ ExpertKernels plain_expert_kernels(DType weight_dtype) {
                : weight_dtype == DType::kF32 ? &plain_rows<DType::kF32, kMaxRows>
                                              : &plain_rows<DType::kF16, kMaxRows>;
   ExpertKernels kernels;
-  kernels.few = kernels.many = kernel;
+  kernels.tile = kernel;
   kernels.flops_per_byte = kFlopsPerByte;
   return kernels;
 }

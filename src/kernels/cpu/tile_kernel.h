@@ -43,12 +43,11 @@ struct TileKernel {
   void (*thread_end)() = nullptr;
 };
 
-// What one path runs for one weight dtype: `many` for blocks of at least many_from rows, `few`
-// for the rest (AMX tiles for blocks, vdpbf16ps for a few rows). Both take the same a_dtype.
+// What one path runs for one weight dtype. A block of rows always goes through the same kernel
+// whatever its size, and each row's result depends only on that row: an output does not change
+// with the batch it is part of (nor with the replicas its expert is split over).
 struct ExpertKernels {
-  TileKernel few;
-  TileKernel many;
-  int64_t many_from = 1;
+  TileKernel tile;
   // Multiply-adds this path can do in the time it streams one byte of weights from memory (order
   // of magnitude): how the work split weighs a row of compute against a panel of bytes.
   double flops_per_byte = 10;
