@@ -28,6 +28,7 @@ struct EmulatedDotOps {
     uint16_t halves[2];
   };
   static void zero(Acc* acc) { std::memset(acc, 0, sizeof *acc); }
+  static void load_acc(const float* in, Acc* acc) { std::memcpy(acc->lanes, in, sizeof acc->lanes); }
   static void load(const void* src, Weights* w) { std::memcpy(w, src, sizeof *w); }
   static void broadcast(const uint16_t* a, Pair* pair) { std::memcpy(pair, a, sizeof *pair); }
   static void dot(Acc* acc, const Pair& pair, const Weights& w) {

@@ -49,10 +49,19 @@ void check_tile(const KernelSet& set, const cpu::TileKernel& kernel, DType weigh
   t.rows = rows;
   t.pair = packed.data<void>();
   t.panel_bytes = layout.panel_bytes();
-  t.k = layout.k_padded;
   t.acc = acc.data();
+  // k in two ranges when it is long enough to split on bf16's k multiple, as the driver does.
+  const int64_t split = layout.k_padded >= 64 ? 32 : layout.k_padded;
   if (kernel.thread_begin) kernel.thread_begin();
+  t.k_begin = 0;
+  t.k_end = split;
   kernel.run(t);
+  if (split < layout.k_padded) {
+    t.k_begin = split;
+    t.k_end = layout.k_padded;
+    t.accumulate = true;
+    kernel.run(t);
+  }
   if (kernel.thread_end) kernel.thread_end();
 
   const Tensor w_f32 = Tensor::copy_of(w, DType::kF32);

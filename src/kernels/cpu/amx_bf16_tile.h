@@ -3,7 +3,7 @@
 // AMX instructions, tests/kernels with a scalar emulation of the tile registers.
 //
 // One call computes up to 32 rows by the 32 columns of a panel pair in four accumulator tiles,
-// each tile 16 rows x 16 f32:
+// each tile 16 rows x 16 f32, loaded from acc when the call continues earlier k ranges:
 //   tmm0 = rows 0-15 x panel 0   tmm1 = rows 0-15 x panel 1      (C)
 //   tmm2 = rows 16-31 x panel 0  tmm3 = rows 16-31 x panel 1
 //   tmm4 = rows 0-15, tmm5 = rows 16-31: 32 bf16 of k each        (A, 64 bytes per row)
@@ -67,13 +67,23 @@ void amx_pair(const TileArgs& t) {
   const int64_t a_stride_bytes = t.a_stride * 2;
   const char* panel0 = static_cast<const char*>(t.pair);
   const char* panel1 = panel0 + t.panel_bytes;
-  Tiles::template zero<0>();
-  Tiles::template zero<1>();
-  if (two_blocks) {
-    Tiles::template zero<2>();
-    Tiles::template zero<3>();
+  constexpr int64_t kAccStride = kPairWidth * sizeof(float);
+  if (t.accumulate) {
+    Tiles::template load<0>(t.acc, kAccStride);
+    Tiles::template load<1>(t.acc + kPanelWidth, kAccStride);
+    if (two_blocks) {
+      Tiles::template load<2>(t.acc + kTileRows * kPairWidth, kAccStride);
+      Tiles::template load<3>(t.acc + kTileRows * kPairWidth + kPanelWidth, kAccStride);
+    }
+  } else {
+    Tiles::template zero<0>();
+    Tiles::template zero<1>();
+    if (two_blocks) {
+      Tiles::template zero<2>();
+      Tiles::template zero<3>();
+    }
   }
-  for (int64_t k0 = 0; k0 < t.k; k0 += kTileK) {
+  for (int64_t k0 = t.k_begin; k0 < t.k_end; k0 += kTileK) {
     // 32 k values are 16 k pairs: 16 rows of 64 bytes of each panel.
     const int64_t b_offset = k0 / 2 * kTileRowBytes;
     for (int64_t line = 0; line < kTileRows * kTileRowBytes; line += 64) {
@@ -91,7 +101,6 @@ void amx_pair(const TileArgs& t) {
       Tiles::template dot<3, 5, 7>();
     }
   }
-  constexpr int64_t kAccStride = kPairWidth * sizeof(float);
   Tiles::template store<0>(t.acc, kAccStride);
   Tiles::template store<1>(t.acc + kPanelWidth, kAccStride);
   if (two_blocks) {

@@ -30,6 +30,7 @@ struct Avx512Bf16Ops {
   using Weights = __m512bh;
   using Pair = __m512bh;
   static void zero(Acc* acc) { *acc = _mm512_setzero_ps(); }
+  static void load_acc(const float* in, Acc* acc) { *acc = _mm512_loadu_ps(in); }
   static void load(const void* src, Weights* w) {
     *w = reinterpret_cast<__m512bh>(_mm512_loadu_si512(src));
   }

@@ -10,6 +10,7 @@
 // Ops provides:
 //   Acc, Weights, Pair             register types
 //   zero(Acc*)                     Acc = 0
+//   load_acc(const float* in, Acc*)  16 floats
 //   load(const void*, Weights*)    64 bytes of packed weights
 //   broadcast(const uint16_t* a, Pair*)   the bf16 pair a[0], a[1] in every dword
 //   dot(Acc*, const Pair&, const Weights&)  Acc[c] += a0 * w[c].0 + a1 * w[c].1
@@ -39,10 +40,15 @@ void bf16_dot_pair(const TileArgs& t) {
   const char* panel1 = panel0 + t.panel_bytes;
   typename Ops::Acc acc[kRows][2];
   for (int r = 0; r < kRows; ++r) {
-    Ops::zero(&acc[r][0]);
-    Ops::zero(&acc[r][1]);
+    for (int half = 0; half < 2; ++half) {
+      if (t.accumulate) {
+        Ops::load_acc(t.acc + r * kPairWidth + half * kPanelWidth, &acc[r][half]);
+      } else {
+        Ops::zero(&acc[r][half]);
+      }
+    }
   }
-  for (int64_t kk = 0; kk < t.k / 2; ++kk) {
+  for (int64_t kk = t.k_begin / 2; kk < t.k_end / 2; ++kk) {
     __builtin_prefetch(panel0 + (kk + kDotPrefetchSteps) * kDotStepBytes);
     __builtin_prefetch(panel1 + (kk + kDotPrefetchSteps) * kDotStepBytes);
     typename Ops::Weights w0, w1;

@@ -36,7 +36,25 @@ struct FmaVectors {
   typedef uint32_t Bits __attribute__((vector_size(kLanes * sizeof(uint32_t))));
 };
 
-// acc[r][v]: rows r of the block, vector v of the kPanels * 16 columns computed in this call.
+// acc[r][v]: rows r of the block, vector v of the kPanels * 16 columns computed in this call:
+// zero, or the sums so far when the call continues earlier k ranges.
+template <int kLanes, int kRows, int kPanels>
+void load_accumulators(
+    typename FmaVectors<kLanes>::Floats (&acc)[kRows][kPanels * kPanelWidth / kLanes],
+    const TileArgs& t, int first_panel) {
+  constexpr int kVectorsPerPanel = kPanelWidth / kLanes;
+  for (int r = 0; r < kRows; ++r) {
+    for (int v = 0; v < kPanels * kVectorsPerPanel; ++v) {
+      if (t.accumulate) {
+        std::memcpy(&acc[r][v], t.acc + r * kPairWidth + first_panel * kPanelWidth + v * kLanes,
+                    sizeof acc[r][v]);
+      } else {
+        acc[r][v] = typename FmaVectors<kLanes>::Floats{};
+      }
+    }
+  }
+}
+
 template <int kLanes, int kRows, int kPanels>
 void store_accumulators(
     const typename FmaVectors<kLanes>::Floats (&acc)[kRows][kPanels * kPanelWidth / kLanes],
@@ -58,24 +76,30 @@ void fma_tile_bf16(const TileArgs& t, int first_panel) {
   constexpr int kVectorsPerPanel = kPanelWidth / kLanes;
   const float* a = static_cast<const float*>(t.a);
   const char* panels = static_cast<const char*>(t.pair) + first_panel * t.panel_bytes;
-  Floats acc[kRows][kPanels * kVectorsPerPanel] = {};
-  for (int64_t kk = 0; kk < t.k / 2; ++kk) {
+  Floats acc[kRows][kPanels * kVectorsPerPanel];
+  load_accumulators<kLanes, kRows, kPanels>(acc, t, first_panel);
+  constexpr int kVectors = kPanels * kVectorsPerPanel;
+  for (int64_t kk = t.k_begin / 2; kk < t.k_end / 2; ++kk) {
+    // Even k for every row, then odd k: only one set of widened weights is live at a time, so
+    // the accumulators, those weights and one broadcast fit the register file.
+    Bits bits[kVectors];
     for (int p = 0; p < kPanels; ++p) {
       const char* step = panels + p * t.panel_bytes + kk * kPanelStepBytes;
       __builtin_prefetch(step + kPrefetchSteps * kPanelStepBytes);
       for (int v = 0; v < kVectorsPerPanel; ++v) {
-        Bits bits;
-        std::memcpy(&bits, step + v * kLanes * sizeof(uint32_t), sizeof bits);
-        const Bits even_bits = bits << 16;
-        const Bits odd_bits = bits & 0xffff0000u;
-        Floats even, odd;
-        std::memcpy(&even, &even_bits, sizeof even);
-        std::memcpy(&odd, &odd_bits, sizeof odd);
-        for (int r = 0; r < kRows; ++r) {
-          const float* row = a + r * t.a_stride + 2 * kk;
-          acc[r][p * kVectorsPerPanel + v] += row[0] * even;
-          acc[r][p * kVectorsPerPanel + v] += row[1] * odd;
-        }
+        std::memcpy(&bits[p * kVectorsPerPanel + v], step + v * kLanes * sizeof(uint32_t),
+                    sizeof bits[0]);
+      }
+    }
+    for (int half = 0; half < 2; ++half) {
+      Floats w[kVectors];
+      for (int v = 0; v < kVectors; ++v) {
+        const Bits widened = half == 0 ? bits[v] << 16 : bits[v] & 0xffff0000u;
+        std::memcpy(&w[v], &widened, sizeof w[v]);
+      }
+      for (int r = 0; r < kRows; ++r) {
+        const float x = a[r * t.a_stride + 2 * kk + half];
+        for (int v = 0; v < kVectors; ++v) acc[r][v] += x * w[v];
       }
     }
   }
@@ -90,16 +114,21 @@ void fma_tile_kmajor(const TileArgs& t, int first_panel) {
   constexpr int64_t kStepBytes = kPanelWidth * Load::kBytes;
   const float* a = static_cast<const float*>(t.a);
   const char* panels = static_cast<const char*>(t.pair) + first_panel * t.panel_bytes;
-  Floats acc[kRows][kPanels * kVectorsPerPanel] = {};
-  for (int64_t k = 0; k < t.k; ++k) {
+  Floats acc[kRows][kPanels * kVectorsPerPanel];
+  load_accumulators<kLanes, kRows, kPanels>(acc, t, first_panel);
+  constexpr int kVectors = kPanels * kVectorsPerPanel;
+  for (int64_t k = t.k_begin; k < t.k_end; ++k) {
+    Floats w[kVectors];
     for (int p = 0; p < kPanels; ++p) {
       const char* step = panels + p * t.panel_bytes + k * kStepBytes;
       __builtin_prefetch(step + kPrefetchSteps * kPanelStepBytes);
       for (int v = 0; v < kVectorsPerPanel; ++v) {
-        Floats w;
-        Load::load(step + v * kLanes * Load::kBytes, &w);
-        for (int r = 0; r < kRows; ++r) acc[r][p * kVectorsPerPanel + v] += a[r * t.a_stride + k] * w;
+        Load::load(step + v * kLanes * Load::kBytes, &w[p * kVectorsPerPanel + v]);
       }
+    }
+    for (int r = 0; r < kRows; ++r) {
+      const float x = a[r * t.a_stride + k];
+      for (int v = 0; v < kVectors; ++v) acc[r][v] += x * w[v];
     }
   }
   store_accumulators<kLanes, kRows, kPanels>(acc, first_panel, t.acc);

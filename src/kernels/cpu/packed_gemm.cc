@@ -9,7 +9,11 @@ namespace moe::cpu {
 
 namespace {
 
-constexpr int64_t kFloatsPerCacheLine = 16;
+constexpr int64_t kCacheLine = 64;
+constexpr int64_t kFloatsPerCacheLine = kCacheLine / sizeof(float);
+// Bytes of one k block of a panel pair: small enough that the block and the matching slice of a
+// block of input rows stay in a 32 KiB L1 while every row block of the chunk passes over it.
+constexpr int64_t kPairBlockBytes = 16 * 1024;
 
 int64_t round_up(int64_t value, int64_t multiple) {
   return (value + multiple - 1) / multiple * multiple;
@@ -17,8 +21,8 @@ int64_t round_up(int64_t value, int64_t multiple) {
 
 // One thread's slice of PackedGemmWorkspace::thread_buffers.
 struct ThreadBuffers {
-  char* rows = nullptr;     // [row_capacity, a_stride] of the kernel's input dtype
-  float* acc = nullptr;     // [kAmxMaxRows-sized block, 32]: the kernel's output
+  char* rows = nullptr;      // [row_capacity, a_stride] of the kernel's input dtype
+  float* acc = nullptr;      // [row_capacity, 32]: the sums of one pair for every row
   float* convert = nullptr;  // [k]: one input row in f32 on its way to bf16
 };
 
@@ -29,15 +33,18 @@ struct BufferShape {
   int64_t floats = 0;  // per thread, a multiple of a cache line
 };
 
-constexpr int64_t kAccRows = 32;  // the largest block any kernel computes, rounded to tile rows
+// Rows are padded to this: the largest row multiple of any kernel (two AMX tiles).
+constexpr int64_t kRowPadding = 32;
 
 BufferShape buffer_shape(int64_t max_chunk_rows, const PackedLayout& layout, DType a_dtype) {
   BufferShape s;
-  s.row_capacity = round_up(max_chunk_rows, kAccRows);
-  s.a_stride = layout.k_padded;
-  s.row_bytes = s.a_stride * static_cast<int64_t>(dtype_size(a_dtype));
+  s.row_capacity = round_up(max_chunk_rows, kRowPadding);
+  // One spare cache line per row: rows a power of two apart would share L1 sets.
+  const int64_t elem = static_cast<int64_t>(dtype_size(a_dtype));
+  s.a_stride = layout.k_padded + kCacheLine / elem;
+  s.row_bytes = s.a_stride * elem;
   const int64_t row_floats = round_up(s.row_capacity * s.row_bytes / 4, kFloatsPerCacheLine);
-  s.floats = row_floats + kAccRows * kPairWidth + round_up(layout.k, kFloatsPerCacheLine);
+  s.floats = row_floats + s.row_capacity * kPairWidth + round_up(layout.k, kFloatsPerCacheLine);
   return s;
 }
 
@@ -45,8 +52,14 @@ ThreadBuffers carve(float* base, const BufferShape& s) {
   ThreadBuffers b;
   b.rows = reinterpret_cast<char*>(base);
   b.acc = base + round_up(s.row_capacity * s.row_bytes / 4, kFloatsPerCacheLine);
-  b.convert = b.acc + kAccRows * kPairWidth;
+  b.convert = b.acc + s.row_capacity * kPairWidth;
   return b;
+}
+
+// The k block: kPairBlockBytes of a pair, a multiple of bf16's k multiple (AMX tile depth).
+int64_t k_block(const PackedLayout& layout) {
+  const int64_t bytes_per_k = kPairWidth * static_cast<int64_t>(dtype_size(layout.dtype));
+  return std::max<int64_t>(kPairBlockBytes / bytes_per_k / kBf16KMultiple, 1) * kBf16KMultiple;
 }
 
 const char* input_row(const PackedGemmArgs& args, int32_t id) {
@@ -88,32 +101,33 @@ void gather_rows(const PackedGemmArgs& args, const ExpertRows& chunk, DType kern
               static_cast<size_t>((padded - chunk.num_rows) * s.row_bytes));
 }
 
-void gated_epilogue(const PackedGemmArgs& args, const ExpertRows& chunk, int64_t first_row,
-                    int64_t rows, int64_t pair, const float* acc) {
+// acc [chunk rows, 32] -> the outputs of the chunk's rows for pair `pair`.
+void gated_epilogue(const PackedGemmArgs& args, const ExpertRows& chunk, int64_t pair,
+                    const float* acc) {
   const int64_t n = args.layout.n, intermediate = n / 2;
   const int64_t i0 = pair * kPanelWidth;
   const int64_t width = std::min(kPanelWidth, intermediate - i0);
   const float* bias = args.bias ? args.bias + chunk.expert * n : nullptr;
   float gate[kPanelWidth], up[kPanelWidth];
-  for (int64_t r = 0; r < rows; ++r) {
+  for (int64_t r = 0; r < chunk.num_rows; ++r) {
     const float* values = acc + r * kPairWidth;
     for (int64_t c = 0; c < width; ++c) {
       gate[c] = values[c] + (bias ? bias[i0 + c] : 0.0f);
       up[c] = values[kPanelWidth + c] + (bias ? bias[intermediate + i0 + c] : 0.0f);
     }
-    const int32_t id = chunk.ids[first_row + r];
+    const int32_t id = chunk.ids[r];
     gated_activation(args.activation, gate, up, width, args.out + id * intermediate + i0);
   }
 }
 
-void plain_epilogue(const PackedGemmArgs& args, const ExpertRows& chunk, int64_t first_row,
-                    int64_t rows, int64_t pair, const float* acc) {
+void plain_epilogue(const PackedGemmArgs& args, const ExpertRows& chunk, int64_t pair,
+                    const float* acc) {
   const int64_t n = args.layout.n;
   const int64_t n0 = pair * kPairWidth;
   const int64_t width = std::min(kPairWidth, n - n0);
   const float* bias = args.bias ? args.bias + chunk.expert * n + n0 : nullptr;
-  for (int64_t r = 0; r < rows; ++r) {
-    const int32_t id = chunk.ids[first_row + r];
+  for (int64_t r = 0; r < chunk.num_rows; ++r) {
+    const int32_t id = chunk.ids[r];
     const float scale = args.out_scale ? args.out_scale[id] : 1.0f;
     const float* values = acc + r * kPairWidth;
     float* out = args.out + id * n + n0;
@@ -121,30 +135,53 @@ void plain_epilogue(const PackedGemmArgs& args, const ExpertRows& chunk, int64_t
   }
 }
 
-// Streams the item's pairs once; each pair is multiplied with every row block of the chunk while
-// it is in cache.
+// Asks for [begin, begin + bytes) to be brought into L2 while the current block is computed.
+void prefetch_to_l2(const uint8_t* begin, int64_t bytes) {
+  for (int64_t offset = 0; offset < bytes; offset += kCacheLine) {
+    __builtin_prefetch(begin + offset, 0, 2);
+  }
+}
+
+// Streams the item's pairs from memory once: each k block of a pair is multiplied with every row
+// block of the chunk while it sits in L1, the sums wait in acc, and the epilogue runs once the
+// pair's last k block is done. The next k block is prefetched meanwhile: the row blocks of the
+// chunk give memory the time to deliver it.
 void run_item(const PackedGemmArgs& args, const ExpertKernels& kernels, const ExpertRows& chunk,
               const WorkItem& item, const BufferShape& s, const ThreadBuffers& b) {
   const PackedLayout& layout = args.layout;
+  const TileKernel& kernel = kernels.tile;
   const uint8_t* expert = args.experts[chunk.expert];
+  const int64_t k_step = k_block(layout);
+  const int64_t panel_bytes_per_k = kPanelWidth * static_cast<int64_t>(dtype_size(layout.dtype));
   for (int64_t pair = item.pair_begin; pair < item.pair_end; ++pair) {
     TileArgs t;
     t.a_stride = s.a_stride;
     t.pair = expert + pair * layout.pair_bytes();
     t.panel_bytes = layout.panel_bytes();
-    t.k = layout.k_padded;
-    t.acc = b.acc;
-    const TileKernel& kernel = kernels.tile;
-    for (int64_t r0 = 0; r0 < chunk.num_rows;) {
-      t.rows = std::min(kernel.max_rows, chunk.num_rows - r0);
-      t.a = b.rows + r0 * s.row_bytes;
-      kernel.run(t);
-      if (layout.gated) {
-        gated_epilogue(args, chunk, r0, t.rows, pair, b.acc);
-      } else {
-        plain_epilogue(args, chunk, r0, t.rows, pair, b.acc);
+    const uint8_t* panel0 = static_cast<const uint8_t*>(t.pair);
+    for (int64_t k0 = 0; k0 < layout.k_padded; k0 += k_step) {
+      t.k_begin = k0;
+      t.k_end = std::min(k0 + k_step, layout.k_padded);
+      t.accumulate = k0 > 0;
+      // The next k block of both panels, or the start of the next pair.
+      const int64_t next = t.k_end * panel_bytes_per_k;
+      if (t.k_end < layout.k_padded) {
+        prefetch_to_l2(panel0 + next, k_step * panel_bytes_per_k);
+        prefetch_to_l2(panel0 + t.panel_bytes + next, k_step * panel_bytes_per_k);
+      } else if (pair + 1 < item.pair_end) {
+        prefetch_to_l2(panel0 + layout.pair_bytes(), 2 * k_step * panel_bytes_per_k);
       }
-      r0 += t.rows;
+      for (int64_t r0 = 0; r0 < chunk.num_rows; r0 += t.rows) {
+        t.rows = std::min(kernel.max_rows, chunk.num_rows - r0);
+        t.a = b.rows + r0 * s.row_bytes;
+        t.acc = b.acc + r0 * kPairWidth;
+        kernel.run(t);
+      }
+    }
+    if (layout.gated) {
+      gated_epilogue(args, chunk, pair, b.acc);
+    } else {
+      plain_epilogue(args, chunk, pair, b.acc);
     }
   }
 }

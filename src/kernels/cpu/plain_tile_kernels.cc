@@ -25,8 +25,14 @@ void plain_panel(const TileArgs& t, DType weight_dtype, int panel) {
   const float* a = static_cast<const float*>(t.a);
   const char* base = static_cast<const char*>(t.pair) + panel * t.panel_bytes;
   float acc[kRows][kPanelWidth] = {};
-  const PackedLayout layout = plain_layout(weight_dtype, kPanelWidth, t.k);
-  for (int64_t k = 0; k < t.k; ++k) {
+  if (t.accumulate) {
+    for (int r = 0; r < kRows; ++r) {
+      std::memcpy(acc[r], t.acc + r * kPairWidth + panel * kPanelWidth, sizeof acc[r]);
+    }
+  }
+  PackedLayout layout;  // element_offset depends on the dtype only
+  layout.dtype = weight_dtype;
+  for (int64_t k = t.k_begin; k < t.k_end; ++k) {
     float w[kPanelWidth];
     for (int64_t c = 0; c < kPanelWidth; ++c) {
       const int64_t offset = layout.element_offset(k, c);

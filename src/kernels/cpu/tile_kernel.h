@@ -1,8 +1,10 @@
 // The innermost CPU experts kernel, one per instruction set: a block of input rows times one
-// packed panel pair (packed_weights.h), over the whole k, into 32 f32 outputs per row.
+// packed panel pair (packed_weights.h), over one range of k, into 32 f32 outputs per row.
 //
-//   acc[r, c] = sum over k of a[r, k] * w[column c of the pair, k]      r < rows, c < 32
+//   acc[r, c] (+)= sum over k in [k_begin, k_end) of a[r, k] * w[column c of the pair, k]
 //
+// The driver walks k in blocks that keep a block of weights in L1 while every row block of the
+// chunk passes over it, carrying the sums in acc from one k block to the next.
 // The driver (packed_gemm.cc) gathers and converts the input rows, walks experts, pairs and row
 // blocks, and applies the epilogue; a TileKernel only multiplies. The f32 kernels (plain, avx2,
 // avx512) add the products of each output in ascending k, one fused multiply-add at a time, so
@@ -23,13 +25,17 @@
 namespace moe::cpu {
 
 struct TileArgs {
-  const void* a = nullptr;      // [rows (padded, see TileKernel::row_multiple), a_stride]
-  int64_t a_stride = 0;         // elements between rows; >= k_padded
-  int64_t rows = 0;             // 1..TileKernel::max_rows
-  const void* pair = nullptr;   // the two panels, panel_bytes apart
+  const void* a = nullptr;     // [rows (padded, see TileKernel::row_multiple), a_stride]
+  int64_t a_stride = 0;        // elements between rows; >= PackedLayout::k_padded
+  int64_t rows = 0;            // 1..TileKernel::max_rows
+  const void* pair = nullptr;  // the two panels, panel_bytes apart
   int64_t panel_bytes = 0;
-  int64_t k = 0;                // PackedLayout::k_padded: a[r, k..k_padded) must be zero
-  float* acc = nullptr;         // [TileKernel::max_rows rounded up to 16, 32]
+  // The range of k: bf16 panels take multiples of kBf16KMultiple up to k_padded (the inputs are
+  // zero from the real k on); the other dtypes any range within k.
+  int64_t k_begin = 0;
+  int64_t k_end = 0;
+  bool accumulate = false;  // add to acc (the sums of earlier k ranges) rather than overwrite it
+  float* acc = nullptr;     // [rows rounded up to TileKernel::row_multiple, 32]
 };
 
 struct TileKernel {
