@@ -117,6 +117,18 @@ void check_hidden_and_out(const TensorView& hidden, const TensorView& out, int64
   check_shape(out, "out", hidden.shape);
 }
 
+// [M, k] of `dtype` on the CPU, checked without building a Shape (no allocation per call).
+void check_routing_tensor(const TensorView& t, const char* name, DType dtype, int64_t M,
+                          int64_t k) {
+  check_device(t, name, Device::kCpu);
+  check_contiguous(t, name);
+  check_dtype(t, name, {dtype});
+  if (t.dim() != 2 || t.shape[0] != M || t.shape[1] != k) {
+    fail("{}: expected shape [{}, {}] (tokens of hidden, top_k of the layer); got {}", name, M, k,
+         shape_string(t.shape));
+  }
+}
+
 double microseconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
       .count();
@@ -255,14 +267,8 @@ void MoeLayer::forward_experts(const TensorView& hidden, const TensorView& topk_
   const int64_t k = config_.routing.top_k;
   check_hidden_and_out(hidden, out, H);
   const int64_t M = hidden.size(0);
-  check_device(topk_ids, "topk_ids", Device::kCpu);
-  check_contiguous(topk_ids, "topk_ids");
-  check_dtype(topk_ids, "topk_ids", {DType::kI32});
-  check_shape(topk_ids, "topk_ids", {M, k});
-  check_device(topk_weights, "topk_weights", Device::kCpu);
-  check_contiguous(topk_weights, "topk_weights");
-  check_dtype(topk_weights, "topk_weights", {DType::kF32});
-  check_shape(topk_weights, "topk_weights", {M, k});
+  check_routing_tensor(topk_ids, "topk_ids", DType::kI32, M, k);
+  check_routing_tensor(topk_weights, "topk_weights", DType::kF32, M, k);
   const int32_t* ids = topk_ids.as<int32_t>();
   for (int64_t p = 0; p < M * k; ++p) {
     if (ids[p] < 0 || ids[p] >= E) {

@@ -52,6 +52,7 @@ void group_pairs(const ExpertsProblem& pb, ExpertsWorkspace& ws) {
   int32_t* offsets = grown(ws.expert_offsets, E + 1);
   align_block_size(pb.topk_ids, num_pairs, E, 1, pb.expert_map, sorted, block_experts, offsets);
   ws.groups.clear();
+  ws.groups.reserve(static_cast<size_t>(E));
   for (int64_t e = 0; e < E; ++e) {
     const int32_t rows = offsets[e + 1] - offsets[e];
     if (rows == 0) continue;

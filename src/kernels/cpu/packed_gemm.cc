@@ -202,8 +202,11 @@ void packed_gemm(const PackedGemmArgs& args, const ExpertRows* groups, int64_t n
   split_work(groups, num_groups, costs, num_threads, ws.chunks, ws.items);
   if (ws.items.empty()) return;
 
-  int64_t max_rows = 0;
-  for (const ExpertRows& chunk : ws.chunks) max_rows = std::max<int64_t>(max_rows, chunk.num_rows);
+  // Buffers for the largest chunk this many rows could make, however they are routed: batches no
+  // larger than one seen before allocate nothing.
+  int64_t total_rows = 0;
+  for (int64_t g = 0; g < num_groups; ++g) total_rows += groups[g].num_rows;
+  const int64_t max_rows = std::min(total_rows, round_up(rows_per_pass, costs.row_multiple));
   const DType kernel_dtype = kernels.tile.a_dtype;
   const int64_t row_multiple = kernels.tile.row_multiple;
   const BufferShape shape = buffer_shape(max_rows, layout, kernel_dtype);

@@ -27,6 +27,14 @@ void split_work(const ExpertRows* groups, int64_t num_groups, const WorkCosts& c
   chunks.clear();
   items.clear();
   const int64_t rows_per_pass = std::max<int64_t>(costs.rows_per_pass, 1);
+  const int64_t threads = std::max(num_threads, 1);
+  int64_t total_rows = 0;
+  for (int64_t g = 0; g < num_groups; ++g) total_rows += groups[g].num_rows;
+  // A group of r rows makes ceil(r / rows_per_pass) chunks; a chunk of cost c makes at most
+  // c / target + 1 items, and at least min(threads, pairs): see the loop below.
+  const int64_t max_chunks = num_groups + total_rows / rows_per_pass;
+  chunks.reserve(static_cast<size_t>(max_chunks));
+  items.reserve(static_cast<size_t>(kItemsPerThread * threads + max_chunks * (threads + 1)));
   for (int64_t g = 0; g < num_groups; ++g) {
     const ExpertRows& group = groups[g];
     const int64_t passes = (group.num_rows + rows_per_pass - 1) / rows_per_pass;

@@ -37,8 +37,9 @@ struct WorkCosts {
   int64_t row_multiple = 1;         // chunk sizes are multiples of this, except an expert's last
 };
 
-// Writes the chunks of `groups` and their items; both vectors are cleared first and only grow,
-// so a steady stream of batches allocates nothing.
+// Writes the chunks of `groups` and their items. Both vectors are cleared first and reserved to a
+// bound that depends only on the number of groups, of rows and of threads, never on how the rows
+// fall: batches no larger than one seen before allocate nothing, whatever their routing.
 void split_work(const ExpertRows* groups, int64_t num_groups, const WorkCosts& costs,
                 int num_threads, std::vector<ExpertRows>& chunks, std::vector<WorkItem>& items);
 
