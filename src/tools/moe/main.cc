@@ -9,6 +9,7 @@ int main(int argc, char** argv) {
   CLI::App app{"moe-engine: Mixture-of-Experts layers, checked against a float64 reference"};
   app.require_subcommand(1);
   moe::cli::add_run_command(app);
+  moe::cli::add_bench_command(app);
   moe::cli::add_forward_command(app);
   moe::cli::add_info_command(app);
   moe::cli::add_plan_command(app);
