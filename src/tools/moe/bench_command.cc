@@ -6,6 +6,7 @@
 // streaming-read bandwidth and the path's own peak, and the fraction of the floor reached.
 #include <omp.h>
 
+#include <algorithm>
 #include <chrono>
 #include <string>
 #include <vector>
@@ -34,6 +35,7 @@ struct BenchOptions {
   int copies = 4;
   int repeats = 5;
   double budget_s = 20;
+  double max_call_s = 0;  // > 0: skip a path's larger sizes once a call took longer
   int64_t block_m = 0;
   int64_t bandwidth_mb = 1024;
   uint64_t seed = 0;
@@ -167,7 +169,15 @@ void bench(const BenchOptions& o) {
                    "dtype", "isa", "tokens", "ms/layer", "floor_ms", "floor", "bound", "GB/s",
                    "TFLOP/s", "experts", "rows min/mean/max", "n");
       }
+      double slowest_ms = 0;
       for (int64_t tokens : o.tokens) {
+        if (o.max_call_s > 0 && slowest_ms > o.max_call_s * 1e3) {
+          if (table) {
+            fmt::print("{:>6} {:>10} {:>6} | skipped: a smaller batch took {:.1f} s per call\n",
+                       dtype_name(dtype), cpu_isa_name(isa), tokens, slowest_ms * 1e-3);
+          }
+          continue;
+        }
         SweepSettings s;
         s.tokens = tokens;
         s.repeats = o.repeats;
@@ -179,6 +189,7 @@ void bench(const BenchOptions& o) {
         Result r{std::string(dtype_name(dtype)), std::string(cpu_isa_name(isa)), peak * 1e-12,
                  measure_point(copies, s)};
         if (table) print_row(r);
+        slowest_ms = std::max(slowest_ms, r.point.ms);
         results.push_back(std::move(r));
       }
     }
@@ -227,6 +238,10 @@ void add_bench_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--budget", options->budget_s,
                   "Seconds per point after which no further call starts (at least one runs)")
+      ->capture_default_str();
+  cmd->add_option("--max-call-s", options->max_call_s,
+                  "Skip a path's remaining (larger) token counts once one call took longer than "
+                  "this many seconds (0 = never)")
       ->capture_default_str();
   cmd->add_option("--block-m", options->block_m,
                   "Rows of one expert per pass over its weights (0 = the backend's choice)")

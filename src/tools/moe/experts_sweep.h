@@ -43,7 +43,7 @@ ExpertsWork experts_work(const MoeConfig& config, DType weight_dtype, int64_t to
 struct SweepSettings {
   int64_t tokens = 1;
   int repeats = 5;            // timed calls; the median is reported
-  double budget_s = 30;       // stop repeating once this much time went by (after one call)
+  double budget_s = 30;       // no call starts after this much time (one always runs)
   uint64_t seed = 0;
   DType hidden_dtype = DType::kBF16;
   double bandwidth_gb_s = 0;  // measured in the same run
