@@ -46,7 +46,8 @@ std::vector<moe::MoeLayer>& copies(moe::CpuIsa isa) {
   if (layers.empty()) {
     const moe::LayerWeights weights = moe::synthetic_layer_weights(config(), moe::DType::kBF16, 0);
     for (int c = 0; c < kCopies; ++c) {
-      layers.emplace_back(config(), weights, moe::LayerOptions{moe::Backend::kCpu, threads(), 0, isa});
+      layers.emplace_back(config(), weights,
+                          moe::LayerOptions{moe::Backend::kCpu, threads(), 0, isa});
     }
   }
   return layers;
@@ -70,7 +71,7 @@ void experts(benchmark::State& state, moe::CpuIsa isa) {
     // Timed by hand: only the call, not the routing drawn for it.
     const auto start = std::chrono::steady_clock::now();
     layers[static_cast<size_t>(calls++ % kCopies)].forward_experts(hidden, routing.ids,
-                                                                  routing.weights, out);
+                                                                   routing.weights, out);
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     state.SetIterationTime(seconds);

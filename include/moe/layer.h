@@ -39,8 +39,8 @@ LayerWeights synthetic_layer_weights(const MoeConfig& config, DType dtype, uint6
 
 struct LayerOptions {
   Backend backend = Backend::kAuto;
-  int num_threads = 0;  // 0 = all hardware threads
-  int64_t block_m = 0;  // 0 = the backend's choice
+  int num_threads = 0;             // 0 = all hardware threads
+  int64_t block_m = 0;             // 0 = the backend's choice
   CpuIsa cpu_isa = CpuIsa::kAuto;  // cpu backend: kAuto = MOE_CPU_ISA, or the fastest path
 };
 

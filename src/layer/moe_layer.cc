@@ -146,8 +146,8 @@ MoeLayer::MoeLayer(MoeConfig config, LayerWeights weights, LayerOptions options)
     State& s = *state_;
     s.isa = resolve_cpu_isa(options_.cpu_isa);
     s.kernels = cpu::expert_kernels(s.isa, s.weight_dtype);
-    s.packed = cpu::PackedExperts::pack(s.experts.problem,
-                                        cpu::resolve_num_threads(options_.num_threads));
+    s.packed =
+        cpu::PackedExperts::pack(s.experts.problem, cpu::resolve_num_threads(options_.num_threads));
     // Only the packed copy stays with the layer.
     for (Tensor* plain : {&weights_.w13, &weights_.w2, &weights_.shared_w13, &weights_.shared_w2}) {
       *plain = Tensor();

@@ -135,10 +135,12 @@ std::string cpu_feature_names() {
   const cpu::CpuFeatures& f = cpu::cpu_features();
   std::string names;
   const std::pair<const char*, bool> features[] = {
-      {"avx2", f.avx2},         {"fma", f.fma},           {"f16c", f.f16c},
-      {"avx512f", f.avx512f},   {"avx512bw", f.avx512bw}, {"avx512vl", f.avx512vl},
-      {"avx512dq", f.avx512dq}, {"avx512_bf16", f.avx512_bf16}, {"amx_tile", f.amx_tile},
-      {"amx_bf16", f.amx_bf16}, {"amx_int8", f.amx_int8}};
+      {"avx2", f.avx2},         {"fma", f.fma},
+      {"f16c", f.f16c},         {"avx512f", f.avx512f},
+      {"avx512bw", f.avx512bw}, {"avx512vl", f.avx512vl},
+      {"avx512dq", f.avx512dq}, {"avx512_bf16", f.avx512_bf16},
+      {"amx_tile", f.amx_tile}, {"amx_bf16", f.amx_bf16},
+      {"amx_int8", f.amx_int8}};
   for (const auto& [name, present] : features) {
     if (!present) continue;
     if (!names.empty()) names += ' ';

@@ -143,7 +143,8 @@ void expect_no_allocation_after_warm_up(CpuIsa isa, bool replicas) {
     weights.emplace_back(DType::kF32, Shape{sizes[i], k});
     // A routing unlike the router's: every token on experts t, t+1, ... (mod E).
     for (int64_t p = 0; p < sizes[i] * k; ++p) {
-      ids.back().data<int32_t>()[p] = static_cast<int32_t>((p / k + p % k) % config.routing.num_experts);
+      ids.back().data<int32_t>()[p] =
+          static_cast<int32_t>((p / k + p % k) % config.routing.num_experts);
       weights.back().data<float>()[p] = 1.0f / static_cast<float>(k);
     }
   }

@@ -132,8 +132,8 @@ Tensor run_backend(const ExpertsInputs& in, Backend backend, int num_threads) {
 Tensor run_cpu_kernels(const ExpertsInputs& in, const cpu::ExpertKernels& kernels,
                        int num_threads) {
   return run_guarded(in, "cpu kernels", [&](TensorView out) {
-    const ValidatedExperts v = validate_experts(in.hidden, in.w13, in.w2, in.topk_weights,
-                                                in.topk_ids, out, in.options);
+    const ValidatedExperts v =
+        validate_experts(in.hidden, in.w13, in.w2, in.topk_weights, in.topk_ids, out, in.options);
     cpu::ExpertsWorkspace workspace;
     const int64_t block_m = in.options.block_m > 0 ? in.options.block_m : cpu::kDefaultBlockM;
     cpu::fused_experts(v.problem, nullptr, kernels, block_m, workspace, num_threads, nullptr);

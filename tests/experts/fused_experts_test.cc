@@ -75,7 +75,8 @@ void expect_matches_reference(const ExpertsCase& c, Backend backend, int num_thr
   const ExpertsInputs in = make_inputs(c);
   const Tensor expected = run_reference_f32(in);
   const Tensor got = run_backend(in, backend, num_threads);
-  const bool bf16_inputs = backend != Backend::kReference && default_path_rounds_to_bf16(c.weight_dtype);
+  const bool bf16_inputs =
+      backend != Backend::kReference && default_path_rounds_to_bf16(c.weight_dtype);
   expect_close(got, expected, c.dtype, bf16_inputs, "public call");
 }
 

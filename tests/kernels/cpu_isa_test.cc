@@ -17,8 +17,8 @@
 namespace moe::testing {
 namespace {
 
-constexpr CpuIsa kAllPaths[] = {CpuIsa::kPlain, CpuIsa::kAvx2, CpuIsa::kAvx512,
-                                CpuIsa::kAvx512Bf16, CpuIsa::kAmx};
+constexpr CpuIsa kAllPaths[] = {CpuIsa::kPlain, CpuIsa::kAvx2, CpuIsa::kAvx512, CpuIsa::kAvx512Bf16,
+                                CpuIsa::kAmx};
 
 // Sets MOE_CPU_ISA for the lifetime of the object, then restores what was there.
 class ScopedIsaEnv {

@@ -28,7 +28,9 @@ struct EmulatedDotOps {
     uint16_t halves[2];
   };
   static void zero(Acc* acc) { std::memset(acc, 0, sizeof *acc); }
-  static void load_acc(const float* in, Acc* acc) { std::memcpy(acc->lanes, in, sizeof acc->lanes); }
+  static void load_acc(const float* in, Acc* acc) {
+    std::memcpy(acc->lanes, in, sizeof acc->lanes);
+  }
   static void load(const void* src, Weights* w) { std::memcpy(w, src, sizeof *w); }
   static void broadcast(const uint16_t* a, Pair* pair) { std::memcpy(pair, a, sizeof *pair); }
   static void dot(Acc* acc, const Pair& pair, const Weights& w) {
@@ -43,8 +45,8 @@ struct EmulatedDotOps {
 };
 
 // Eight tile registers of 16 rows x 64 bytes per thread. tdpbf16ps follows the SDM's order: for
-// each row m, column n and k pair kk, c[m][n] += a[m][2kk] * b[kk][2n] + a[m][2kk + 1] * b[kk][2n + 1]
-// (products exact in f32). Using a tile before begin() or after end() fails the test: it checks
+// each row m, column n and k pair kk, c[m][n] += a[m][2kk] * b[kk][2n] + a[m][2kk + 1] * b[kk][2n +
+// 1] (products exact in f32). Using a tile before begin() or after end() fails the test: it checks
 // that the driver configures the tiles on every thread that runs the kernel. begin() checks the
 // configuration the real kernel loads: palette 1, tiles 0-7 of 16 rows x 64 bytes, the rest off.
 struct EmulatedTiles {
@@ -117,17 +119,15 @@ cpu::ExpertKernels emulated_avx512bf16_kernels() {
   return cpu::bf16_dot_expert_kernels<EmulatedDotOps>();
 }
 
-cpu::ExpertKernels emulated_amx_kernels() {
-  return cpu::amx_expert_kernel_set<EmulatedTiles>();
-}
+cpu::ExpertKernels emulated_amx_kernels() { return cpu::amx_expert_kernel_set<EmulatedTiles>(); }
 
 std::vector<KernelSet> runnable_kernel_sets(DType weight_dtype) {
   std::vector<KernelSet> sets;
   for (CpuIsa isa : supported_cpu_isas()) {
     const bool bf16_inputs =
         weight_dtype == DType::kBF16 && (isa == CpuIsa::kAvx512Bf16 || isa == CpuIsa::kAmx);
-    sets.push_back({std::string(cpu_isa_name(isa)), cpu::expert_kernels(isa, weight_dtype),
-                    bf16_inputs});
+    sets.push_back(
+        {std::string(cpu_isa_name(isa)), cpu::expert_kernels(isa, weight_dtype), bf16_inputs});
   }
   if (weight_dtype == DType::kBF16) {
     sets.push_back({"emulated-avx512bf16", emulated_avx512bf16_kernels(), true});

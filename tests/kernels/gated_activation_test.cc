@@ -29,13 +29,13 @@ void check_activation(Activation activation, const std::vector<float>& gate,
     cpu::gated_activation(params, gate.data(), up.data(), width, out.data());
     EXPECT_EQ(out[width], 12345.0f) << "wrote past width " << width;
     for (int64_t i = 0; i < width; ++i) {
-      const double expected = reference::gated_activation(activation, gate[i], up[i],
-                                                          params.alpha, params.limit);
+      const double expected =
+          reference::gated_activation(activation, gate[i], up[i], params.alpha, params.limit);
       const double bound = kRelativeBound * std::abs(expected) +
                            kCancellationBound * std::abs(double{gate[i]} * up[i]) + kAbsoluteSlack;
       ASSERT_LE(std::abs(out[i] - expected), bound)
-          << "activation " << static_cast<int>(activation) << " gate " << gate[i] << " up "
-          << up[i] << " got " << out[i] << " expected " << expected;
+          << "activation " << static_cast<int>(activation) << " gate " << gate[i] << " up " << up[i]
+          << " got " << out[i] << " expected " << expected;
     }
   }
 }
@@ -55,8 +55,8 @@ TEST(GatedActivation, MatchesTheFloat64Formulas) {
 
 TEST(GatedActivation, ExtremeGates) {
   // Past both ends of the exp's clamp, zero, and values where sigmoid saturates.
-  const std::vector<float> gate = {-200, -100, -88, -87.3f, -20, -1e-30f, 0,  1e-30f,
-                                   20,   87.3f, 88.7f, 89, 100, 200,       -3, 3};
+  const std::vector<float> gate = {-200, -100,  -88,   -87.3f, -20, -1e-30f, 0,  1e-30f,
+                                   20,   87.3f, 88.7f, 89,     100, 200,     -3, 3};
   const std::vector<float> up(gate.size(), 1.5f);
   for (int a = 0; a < 4; ++a) check_activation(static_cast<Activation>(a), gate, up);
 }

@@ -34,8 +34,8 @@ int64_t expected_byte(DType dtype, int64_t k_dim, int64_t pair, int64_t c, int64
   const int64_t panel_bytes = k_padded * 16 * elem;
   const int64_t panel = 2 * pair + c / 16;
   const int64_t column = c % 16;
-  const int64_t within = dtype == DType::kBF16 ? ((k / 2) * 16 + column) * 4 + (k % 2) * 2
-                                               : (k * 16 + column) * elem;
+  const int64_t within =
+      dtype == DType::kBF16 ? ((k / 2) * 16 + column) * 4 + (k % 2) * 2 : (k * 16 + column) * elem;
   return panel * panel_bytes + within;
 }
 

@@ -18,8 +18,8 @@ namespace {
 
 // Runs one kernel on rows x k inputs and a 32 x k weight matrix; fails on the first output that
 // differs from the exact integer result.
-void check_tile(const KernelSet& set, const cpu::TileKernel& kernel, DType weight_dtype,
-                int64_t k, int64_t rows, uint64_t seed) {
+void check_tile(const KernelSet& set, const cpu::TileKernel& kernel, DType weight_dtype, int64_t k,
+                int64_t rows, uint64_t seed) {
   SCOPED_TRACE(set.name + " weights=" + std::string(dtype_name(weight_dtype)) +
                " k=" + std::to_string(k) + " rows=" + std::to_string(rows) +
                " seed=" + std::to_string(seed));
@@ -30,8 +30,8 @@ void check_tile(const KernelSet& set, const cpu::TileKernel& kernel, DType weigh
   cpu::pack_matrices(layout, w.data<void>(), 1, nullptr, packed.data<void>(), 1);
 
   // Input rows in the kernel's dtype, zero past k and up to the kernel's row multiple.
-  const int64_t padded_rows = (rows + kernel.row_multiple - 1) / kernel.row_multiple *
-                              kernel.row_multiple;
+  const int64_t padded_rows =
+      (rows + kernel.row_multiple - 1) / kernel.row_multiple * kernel.row_multiple;
   Tensor a_f32(DType::kF32, {padded_rows, layout.k_padded});
   std::fill(a_f32.data<float>(), a_f32.data<float>() + a_f32.numel(), 0.0f);
   Tensor values(DType::kF32, {rows, k});
@@ -100,9 +100,9 @@ TEST(TileKernels, EveryPathOfThisMachineIsListed) {
   // them for real.
   const std::vector<KernelSet> sets = runnable_kernel_sets(DType::kBF16);
   for (CpuIsa isa : supported_cpu_isas()) {
-    EXPECT_TRUE(std::any_of(sets.begin(), sets.end(),
-                            [&](const KernelSet& s) { return s.name == cpu_isa_name(isa); }))
-        << cpu_isa_name(isa);
+    EXPECT_TRUE(std::any_of(sets.begin(), sets.end(), [&](const KernelSet& s) {
+      return s.name == cpu_isa_name(isa);
+    })) << cpu_isa_name(isa);
   }
 }
 

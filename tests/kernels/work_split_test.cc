@@ -133,7 +133,8 @@ TEST(WorkSplit, RandomRoutings) {
     SplitCase c;
     const int E = 1 + static_cast<int>(rng() % 40);
     c.rows_per_expert.resize(E);
-    for (int32_t& rows : c.rows_per_expert) rows = static_cast<int32_t>(rng() % 3 == 0 ? 0 : rng() % 300);
+    for (int32_t& rows : c.rows_per_expert)
+      rows = static_cast<int32_t>(rng() % 3 == 0 ? 0 : rng() % 300);
     c.num_threads = 1 + static_cast<int>(rng() % 8);
     c.costs = qwen_like_costs(1 + rng() % 70, 1 + rng() % 300, trial % 2 ? 1 : 16);
     SCOPED_TRACE("trial " + std::to_string(trial));

@@ -19,8 +19,8 @@ namespace moe {
 namespace {
 
 using testing::compare;
-using testing::expect_error;
 using testing::Comparison;
+using testing::expect_error;
 using testing::random_normal;
 
 // A small layer of each routing family, built through the same code as the presets.

@@ -34,9 +34,9 @@ CpuFeatures detect() {
   const bool osxsave = bit(ecx, 27);
   if (osxsave) {
     const uint64_t xcr0 = read_xcr0();
-    f.os_avx = (xcr0 & 0x6) == 0x6;             // SSE and AVX state
+    f.os_avx = (xcr0 & 0x6) == 0x6;                   // SSE and AVX state
     f.os_avx512 = f.os_avx && (xcr0 & 0xe0) == 0xe0;  // opmask, ZMM_Hi256, Hi16_ZMM
-    f.os_amx = (xcr0 & 0x60000) == 0x60000;     // XTILECFG, XTILEDATA
+    f.os_amx = (xcr0 & 0x60000) == 0x60000;           // XTILECFG, XTILEDATA
   }
   if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) {
     const uint32_t max_subleaf = eax;

@@ -1,6 +1,6 @@
 // The one dispatch from (path, weight dtype) to tile kernels and peak loops.
-#include "moe/error.h"
 #include "kernels/cpu/tile_kernel.h"
+#include "moe/error.h"
 
 namespace moe::cpu {
 

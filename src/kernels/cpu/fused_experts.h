@@ -37,11 +37,11 @@ struct ExpertsWorkspace {
   std::vector<float> shared_out;         // [M, H]
   PackedGemmWorkspace gemm;
   // Experts packed by the call itself when the caller has no packed weights.
-  std::vector<int32_t> local_slot;         // [E_local]: where a touched expert was packed, or -1
-  std::vector<int32_t> touched;            // [touched experts]: local ids
-  std::vector<const uint8_t*> w13_table;   // [E_local]
-  std::vector<const uint8_t*> w2_table;    // [E_local]
-  Tensor packed_w13, packed_w2;            // [touched, layout bytes]
+  std::vector<int32_t> local_slot;        // [E_local]: where a touched expert was packed, or -1
+  std::vector<int32_t> touched;           // [touched experts]: local ids
+  std::vector<const uint8_t*> w13_table;  // [E_local]
+  std::vector<const uint8_t*> w2_table;   // [E_local]
+  Tensor packed_w13, packed_w2;           // [touched, layout bytes]
   PackedExperts packed_shared;
 };
 

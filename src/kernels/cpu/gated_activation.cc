@@ -43,8 +43,7 @@ void sigmoid_lanes(const float* x, float* out) {
   std::memcpy(out, &result, sizeof result);
 }
 
-void silu_gate(const ActivationParams&, const float* gate, const float* up, int width,
-               float* out) {
+void silu_gate(const ActivationParams&, const float* gate, const float* up, int width, float* out) {
   float sigmoid[kLanes];
   sigmoid_lanes(gate, sigmoid);
   for (int i = 0; i < width; ++i) out[i] = gate[i] * sigmoid[i] * up[i];
@@ -71,8 +70,7 @@ void gelu(const ActivationParams&, const float* gate, const float* up, int width
   }
 }
 
-void gelu_tanh(const ActivationParams&, const float* gate, const float* up, int width,
-               float* out) {
+void gelu_tanh(const ActivationParams&, const float* gate, const float* up, int width, float* out) {
   for (int i = 0; i < width; ++i) {
     const float g = gate[i];
     const float inner = 0.79788456080286536f * (g + 0.044715f * g * g * g);

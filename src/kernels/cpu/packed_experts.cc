@@ -44,7 +44,8 @@ PackedExperts PackedExperts::pack(const ExpertsProblem& pb, int num_threads) {
     const int64_t Is = pb.shared_intermediate_size;
     p.shared_w13_layout_ = gated_layout(pb.weight_dtype, Is, H);
     p.shared_w2_layout_ = plain_layout(pb.weight_dtype, H, Is);
-    p.shared_w13_ = pack_stack(p.shared_w13_layout_, pb.shared_w13, 1, num_threads, p.shared_tables_);
+    p.shared_w13_ =
+        pack_stack(p.shared_w13_layout_, pb.shared_w13, 1, num_threads, p.shared_tables_);
     p.shared_w2_ = pack_stack(p.shared_w2_layout_, pb.shared_w2, 1, num_threads, p.shared_tables_);
   }
   return p;
@@ -80,8 +81,6 @@ Tensor PackedExperts::unpack_shared_w13() const {
   return unpack_one(shared_w13_layout_, shared_w13_);
 }
 
-Tensor PackedExperts::unpack_shared_w2() const {
-  return unpack_one(shared_w2_layout_, shared_w2_);
-}
+Tensor PackedExperts::unpack_shared_w2() const { return unpack_one(shared_w2_layout_, shared_w2_); }
 
 }  // namespace moe::cpu

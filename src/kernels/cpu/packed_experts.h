@@ -14,8 +14,8 @@
 namespace moe::cpu {
 
 struct PackedExpertsView {
-  PackedLayout w13;                          // gated [2I, H]
-  PackedLayout w2;                           // plain [H, I]
+  PackedLayout w13;                             // gated [2I, H]
+  PackedLayout w2;                              // plain [H, I]
   const uint8_t* const* w13_experts = nullptr;  // [num_local_experts]
   const uint8_t* const* w2_experts = nullptr;   // [num_local_experts]
   // The shared experts' MLP as one more expert; null without shared experts.

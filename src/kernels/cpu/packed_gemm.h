@@ -8,9 +8,10 @@
 //   plain:  out[ids[r], 32j + c] = (acc[r, c] + bias) * out_scale[ids[r]]
 // The input rows are gathered and converted (f32, or bf16 for the bf16 kernels) into a per-thread
 // buffer once per chunk of rows, straight from where they live (hidden[p / k], cache2[p]). Each
-// work item (work_split.h) streams its weight pairs once for all rows of its chunk: a pair stays in
-// cache while the kernel walks the chunk's row blocks. Each output element is computed by one
-// kernel call in a fixed order, so results do not depend on the thread count.
+// work item (work_split.h) streams its weight pairs from memory once for all rows of its chunk:
+// each 16 KiB k block of a pair stays in L1 while the kernel walks the chunk's row blocks, and the
+// next block is prefetched meanwhile. Each output element is computed in a fixed order, so results
+// do not depend on the thread count.
 // Tested by tests/experts (every path against the reference backend).
 #pragma once
 

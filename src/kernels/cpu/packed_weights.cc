@@ -20,7 +20,8 @@ int64_t PackedLayout::source_row(int64_t pair, int64_t column) const {
 }
 
 int64_t PackedLayout::element_offset(int64_t k_index, int64_t panel_column) const {
-  if (dtype == DType::kBF16) return (k_index / 2) * 2 * kPanelWidth + panel_column * 2 + k_index % 2;
+  if (dtype == DType::kBF16)
+    return (k_index / 2) * 2 * kPanelWidth + panel_column * 2 + k_index % 2;
   return k_index * kPanelWidth + panel_column;
 }
 

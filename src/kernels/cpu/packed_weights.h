@@ -21,9 +21,9 @@
 
 namespace moe::cpu {
 
-inline constexpr int64_t kPanelWidth = 16;               // outputs per panel
-inline constexpr int64_t kPairWidth = 2 * kPanelWidth;   // outputs per kernel call
-inline constexpr int64_t kBf16KMultiple = 32;            // AMX tiles take k in steps of 32
+inline constexpr int64_t kPanelWidth = 16;              // outputs per panel
+inline constexpr int64_t kPairWidth = 2 * kPanelWidth;  // outputs per kernel call
+inline constexpr int64_t kBf16KMultiple = 32;           // AMX tiles take k in steps of 32
 
 // The packed form of one expert's [n, k] matrix.
 struct PackedLayout {

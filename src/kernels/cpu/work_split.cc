@@ -62,8 +62,7 @@ void split_work(const ExpertRows* groups, int64_t num_groups, const WorkCosts& c
     const int64_t pieces = std::clamp<int64_t>(static_cast<int64_t>(std::ceil(cost / target)),
                                                min_pieces, costs.num_pairs);
     for (int64_t i = 0; i < pieces; ++i) {
-      items.push_back({static_cast<int32_t>(c),
-                       static_cast<int32_t>(i * costs.num_pairs / pieces),
+      items.push_back({static_cast<int32_t>(c), static_cast<int32_t>(i * costs.num_pairs / pieces),
                        static_cast<int32_t>((i + 1) * costs.num_pairs / pieces)});
     }
   }

@@ -29,12 +29,12 @@ struct WorkItem {
 };
 
 struct WorkCosts {
-  int64_t num_pairs = 0;            // panel pairs of the packed matrix
-  double pair_bytes = 0;            // bytes of one pair
-  double pair_flops_per_row = 0;    // 2 * 32 * k
-  double flops_per_byte = 1;        // ExpertKernels::flops_per_byte
-  int64_t rows_per_pass = 1;        // most rows of one chunk
-  int64_t row_multiple = 1;         // chunk sizes are multiples of this, except an expert's last
+  int64_t num_pairs = 0;          // panel pairs of the packed matrix
+  double pair_bytes = 0;          // bytes of one pair
+  double pair_flops_per_row = 0;  // 2 * 32 * k
+  double flops_per_byte = 1;      // ExpertKernels::flops_per_byte
+  int64_t rows_per_pass = 1;      // most rows of one chunk
+  int64_t row_multiple = 1;       // chunk sizes are multiples of this, except an expert's last
 };
 
 // Writes the chunks of `groups` and their items. Both vectors are cleared first and reserved to a

@@ -35,7 +35,7 @@ struct BenchOptions {
   int copies = 4;
   int repeats = 5;
   double budget_s = 20;
-  double max_call_s = 0;  // > 0: skip a path's larger sizes once a call took longer
+  double max_call_s = 0;  // > 0: skip a path's remaining sizes once a call took longer
   int64_t block_m = 0;
   int64_t bandwidth_mb = 1024;
   uint64_t seed = 0;
@@ -67,12 +67,13 @@ std::vector<CpuIsa> chosen_paths(const std::vector<std::string>& names) {
 
 void print_row(const Result& r) {
   const SweepPoint& p = r.point;
-  fmt::print("{:>6} {:>10} {:>6} | {:>10.3f} {:>9.3f} {:>6.0f}% {:>5} | {:>8.1f} {:>8.3f} | {:>7} "
-             "{:>16} | {:>3}\n",
-             r.dtype, r.isa, p.tokens, p.ms, p.floor_ms, 100 * p.fraction(),
-             p.bandwidth_bound ? "bytes" : "flops", p.bytes / (p.ms * 1e-3) * 1e-9,
-             p.flops / (p.ms * 1e-3) * 1e-12, p.experts_touched,
-             fmt::format("{}/{:.1f}/{}", p.rows_min, p.rows_mean, p.rows_max), p.repeats);
+  fmt::print(
+      "{:>6} {:>10} {:>6} | {:>10.3f} {:>9.3f} {:>6.0f}% {:>5} | {:>8.1f} {:>8.3f} | {:>7} "
+      "{:>16} | {:>3}\n",
+      r.dtype, r.isa, p.tokens, p.ms, p.floor_ms, 100 * p.fraction(),
+      p.bandwidth_bound ? "bytes" : "flops", p.bytes / (p.ms * 1e-3) * 1e-9,
+      p.flops / (p.ms * 1e-3) * 1e-12, p.experts_touched,
+      fmt::format("{}/{:.1f}/{}", p.rows_min, p.rows_mean, p.rows_max), p.repeats);
 }
 
 void print_csv(const std::vector<Result>& results, double bandwidth, int threads) {
@@ -81,11 +82,12 @@ void print_csv(const std::vector<Result>& results, double bandwidth, int threads
       "gb_per_s,tflops,experts_touched,rows_min,rows_mean,rows_max,repeats\n");
   for (const Result& r : results) {
     const SweepPoint& p = r.point;
-    fmt::print("{},{},{},{},{:.4f},{:.4f},{:.4f},{},{:.2f},{:.4f},{:.2f},{:.4f},{},{},{:.2f},{},{}\n",
-               r.dtype, r.isa, threads, p.tokens, p.ms, p.floor_ms, p.fraction(),
-               p.bandwidth_bound ? "bytes" : "flops", bandwidth, r.peak_tflops,
-               p.bytes / (p.ms * 1e-3) * 1e-9, p.flops / (p.ms * 1e-3) * 1e-12,
-               p.experts_touched, p.rows_min, p.rows_mean, p.rows_max, p.repeats);
+    fmt::print(
+        "{},{},{},{},{:.4f},{:.4f},{:.4f},{},{:.2f},{:.4f},{:.2f},{:.4f},{},{},{:.2f},{},{}\n",
+        r.dtype, r.isa, threads, p.tokens, p.ms, p.floor_ms, p.fraction(),
+        p.bandwidth_bound ? "bytes" : "flops", bandwidth, r.peak_tflops,
+        p.bytes / (p.ms * 1e-3) * 1e-9, p.flops / (p.ms * 1e-3) * 1e-12, p.experts_touched,
+        p.rows_min, p.rows_mean, p.rows_max, p.repeats);
   }
 }
 
@@ -94,20 +96,20 @@ nlohmann::json results_json(const MoeConfig& config, const std::vector<Result>& 
   nlohmann::json points = nlohmann::json::array();
   for (const Result& r : results) {
     const SweepPoint& p = r.point;
-    points.push_back({{"dtype", r.dtype},
-                      {"isa", r.isa},
-                      {"peak_tflops", r.peak_tflops},
-                      {"tokens", p.tokens},
-                      {"ms", p.ms},
-                      {"floor_ms", p.floor_ms},
-                      {"floor_fraction", p.fraction()},
-                      {"bound", p.bandwidth_bound ? "bytes" : "flops"},
-                      {"bytes", p.bytes},
-                      {"flops", p.flops},
-                      {"experts_touched", p.experts_touched},
-                      {"rows_per_expert",
-                       {{"min", p.rows_min}, {"mean", p.rows_mean}, {"max", p.rows_max}}},
-                      {"repeats", p.repeats}});
+    points.push_back(
+        {{"dtype", r.dtype},
+         {"isa", r.isa},
+         {"peak_tflops", r.peak_tflops},
+         {"tokens", p.tokens},
+         {"ms", p.ms},
+         {"floor_ms", p.floor_ms},
+         {"floor_fraction", p.fraction()},
+         {"bound", p.bandwidth_bound ? "bytes" : "flops"},
+         {"bytes", p.bytes},
+         {"flops", p.flops},
+         {"experts_touched", p.experts_touched},
+         {"rows_per_expert", {{"min", p.rows_min}, {"mean", p.rows_mean}, {"max", p.rows_max}}},
+         {"repeats", p.repeats}});
   }
   return {{"model", config.name},
           {"hidden_size", config.experts.hidden_size},
@@ -165,15 +167,16 @@ void bench(const BenchOptions& o) {
       if (table) {
         fmt::print("\n{} weights, {} path: peak {:.3f} TFLOP/s on {} threads\n", dtype_name(dtype),
                    cpu_isa_name(isa), peak * 1e-12, threads);
-        fmt::print("{:>6} {:>10} {:>6} | {:>10} {:>9} {:>7} {:>5} | {:>8} {:>8} | {:>7} {:>16} | {:>3}\n",
-                   "dtype", "isa", "tokens", "ms/layer", "floor_ms", "floor", "bound", "GB/s",
-                   "TFLOP/s", "experts", "rows min/mean/max", "n");
+        fmt::print(
+            "{:>6} {:>10} {:>6} | {:>10} {:>9} {:>7} {:>5} | {:>8} {:>8} | {:>7} {:>16} | {:>3}\n",
+            "dtype", "isa", "tokens", "ms/layer", "floor_ms", "floor", "bound", "GB/s", "TFLOP/s",
+            "experts", "rows min/mean/max", "n");
       }
       double slowest_ms = 0;
       for (int64_t tokens : o.tokens) {
         if (o.max_call_s > 0 && slowest_ms > o.max_call_s * 1e3) {
           if (table) {
-            fmt::print("{:>6} {:>10} {:>6} | skipped: a smaller batch took {:.1f} s per call\n",
+            fmt::print("{:>6} {:>10} {:>6} | skipped: an earlier batch took {:.1f} s per call\n",
                        dtype_name(dtype), cpu_isa_name(isa), tokens, slowest_ms * 1e-3);
           }
           continue;

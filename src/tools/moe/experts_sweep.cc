@@ -126,8 +126,8 @@ ExpertsWork experts_work(const MoeConfig& config, DType weight_dtype, int64_t to
   const double k = static_cast<double>(config.routing.top_k);
   const double bytes_per_weight = static_cast<double>(dtype_size(weight_dtype));
   ExpertsWork w;
-  w.bytes = bytes_per_weight * 3 * H * (I * static_cast<double>(experts_touched) +
-                                        (tokens > 0 ? Is : 0.0));
+  w.bytes = bytes_per_weight * 3 * H *
+            (I * static_cast<double>(experts_touched) + (tokens > 0 ? Is : 0.0));
   w.flops = 2.0 * static_cast<double>(tokens) * 3 * H * (k * I + Is);
   return w;
 }
@@ -181,7 +181,8 @@ SweepPoint measure_point(std::vector<MoeLayer>& copies, const SweepSettings& s) 
   // The call whose time is the median gives the work figures.
   std::vector<size_t> order(calls.size());
   std::iota(order.begin(), order.end(), 0);
-  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return calls[a].ms < calls[b].ms; });
+  std::sort(order.begin(), order.end(),
+            [&](size_t a, size_t b) { return calls[a].ms < calls[b].ms; });
   const Call& middle = calls[order[order.size() / 2]];
   SweepPoint p;
   p.tokens = s.tokens;
@@ -190,7 +191,8 @@ SweepPoint measure_point(std::vector<MoeLayer>& copies, const SweepSettings& s) 
   p.floor_ms = median(floors);
   p.bytes = middle.work.bytes;
   p.flops = middle.work.flops;
-  p.bandwidth_bound = middle.work.bytes / (s.bandwidth_gb_s * 1e9) >= middle.work.flops / s.peak_flops;
+  p.bandwidth_bound =
+      middle.work.bytes / (s.bandwidth_gb_s * 1e9) >= middle.work.flops / s.peak_flops;
   p.experts_touched = middle.routing.experts_touched;
   p.rows_min = middle.routing.rows_min;
   p.rows_max = middle.routing.rows_max;

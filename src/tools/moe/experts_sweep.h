@@ -42,8 +42,8 @@ ExpertsWork experts_work(const MoeConfig& config, DType weight_dtype, int64_t to
 
 struct SweepSettings {
   int64_t tokens = 1;
-  int repeats = 5;            // timed calls; the median is reported
-  double budget_s = 30;       // no call starts after this much time (one always runs)
+  int repeats = 5;       // timed calls; the median is reported
+  double budget_s = 30;  // no call starts after this much time (one always runs)
   uint64_t seed = 0;
   DType hidden_dtype = DType::kBF16;
   double bandwidth_gb_s = 0;  // measured in the same run
@@ -53,8 +53,8 @@ struct SweepSettings {
 struct SweepPoint {
   int64_t tokens = 0;
   int repeats = 0;
-  double ms = 0;        // median time of one layer's experts (align, GEMMs, sum)
-  double floor_ms = 0;  // median over the same calls
+  double ms = 0;                // median time of one layer's experts (align, GEMMs, sum)
+  double floor_ms = 0;          // median over the same calls
   bool bandwidth_bound = true;  // the floor is the bytes term
   double bytes = 0, flops = 0;  // of the median call
   int64_t experts_touched = 0;

@@ -215,8 +215,7 @@ void run(const RunOptions& o) {
     fmt::print(
         "\nerror: max |out - ref| / max |ref| over {} sampled tokens per batch against "
         "the float64 reference; bound {:.0e} for {} output: {}\n",
-        o.check_tokens, bound, dtype_name(dtype),
-        all_within ? "all within" : "EXCEEDED");
+        o.check_tokens, bound, dtype_name(dtype), all_within ? "all within" : "EXCEEDED");
   }
   if (!o.trace_path.empty()) write_trace(o.trace_path, trace, config.name);
   if (!all_within) fail("moe run: the error against the reference exceeds the {} bound", o.dtype);
