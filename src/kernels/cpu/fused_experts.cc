@@ -1,6 +1,7 @@
 // The CPU experts pipeline. Stage by stage, as include/moe/experts.h defines it:
 //   align   pairs grouped by expert (a counting sort: one group per touched expert)
 //   gemm1   cache2[p] = act(hidden[p / k] · w13[e]^T)   act in the epilogue; cache1 never exists
+//           (cache2 in gemm2's input dtype: f32, or bf16 for the bf16 kernels)
 //   gemm2   cache3[p] = topk_weights[p] * cache2[p] · w2[e]^T   weight in the epilogue
 //   shared  the always-on MLP over all tokens, as a one-expert gemm1 and gemm2
 //   sum     out[t] = sum_j cache3[t*k + j] + shared[t]
@@ -153,11 +154,12 @@ void run_shared_experts(const ExpertsProblem& pb, const PackedExpertsView& packe
   up.experts = packed.shared_w13_data;
   up.activation = act;
   up.out = grown(ws.shared_cache2, M * Is);
+  up.out_dtype = kernels.tile.a_dtype;
   packed_gemm(up, &tokens, 1, kernels, block_m, ws.gemm, num_threads);
 
   PackedGemmArgs down;
   down.a = ws.shared_cache2.data();
-  down.a_dtype = DType::kF32;
+  down.a_dtype = kernels.tile.a_dtype;
   down.layout = packed.shared_w2;
   down.experts = packed.shared_w2_data;
   down.out_scale = gate;
@@ -192,13 +194,14 @@ void fused_experts(const ExpertsProblem& pb, const PackedExpertsView* packed,
   gemm1.bias = pb.w13_bias;
   gemm1.activation = act;
   gemm1.out = grown(ws.cache2, num_pairs * I);
+  gemm1.out_dtype = kernels.tile.a_dtype;
   packed_gemm(gemm1, ws.groups.data(), num_groups, kernels, block_m, ws.gemm, num_threads);
   clock.lap(&StageTimes::gemm1_us);
 
   float* cache3 = grown(ws.cache3, num_pairs * H);
   PackedGemmArgs gemm2;
   gemm2.a = ws.cache2.data();
-  gemm2.a_dtype = DType::kF32;
+  gemm2.a_dtype = kernels.tile.a_dtype;
   gemm2.layout = weights.w2;
   gemm2.experts = weights.w2_experts;
   gemm2.bias = pb.w2_bias;

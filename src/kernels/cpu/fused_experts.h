@@ -28,12 +28,12 @@ struct ExpertsWorkspace {
   std::vector<int32_t> block_experts;    // [M*k], align output (one pair per block)
   std::vector<int32_t> expert_offsets;   // [E + 1]
   std::vector<ExpertRows> groups;        // [touched experts]
-  std::vector<float> cache2;             // [M*k, I]
+  std::vector<float> cache2;             // [M*k, I] of the kernels' input dtype
   std::vector<float> cache3;             // [M*k, H]
   std::vector<int32_t> token_ids;        // [M]: 0..M-1, the shared experts' rows
   std::vector<float> shared_gate;        // [M]: sigmoid(hidden · gate)
   std::vector<float> gate_row;           // [2H]: a hidden row and the gate in f32
-  std::vector<float> shared_cache2;      // [M, Is]
+  std::vector<float> shared_cache2;      // [M, Is] of the kernels' input dtype
   std::vector<float> shared_out;         // [M, H]
   PackedGemmWorkspace gemm;
   // Experts packed by the call itself when the caller has no packed weights.

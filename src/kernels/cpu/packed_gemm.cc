@@ -108,7 +108,8 @@ void gated_epilogue(const PackedGemmArgs& args, const ExpertRows& chunk, int64_t
   const int64_t i0 = pair * kPanelWidth;
   const int64_t width = std::min(kPanelWidth, intermediate - i0);
   const float* bias = args.bias ? args.bias + chunk.expert * n : nullptr;
-  float gate[kPanelWidth], up[kPanelWidth];
+  float gate[kPanelWidth], up[kPanelWidth], activated[kPanelWidth];
+  const int64_t out_bytes = static_cast<int64_t>(dtype_size(args.out_dtype));
   for (int64_t r = 0; r < chunk.num_rows; ++r) {
     const float* values = acc + r * kPairWidth;
     for (int64_t c = 0; c < width; ++c) {
@@ -116,7 +117,10 @@ void gated_epilogue(const PackedGemmArgs& args, const ExpertRows& chunk, int64_t
       up[c] = values[kPanelWidth + c] + (bias ? bias[intermediate + i0 + c] : 0.0f);
     }
     const int32_t id = chunk.ids[r];
-    gated_activation(args.activation, gate, up, width, args.out + id * intermediate + i0);
+    gated_activation(args.activation, gate, up, width, activated);
+    convert_from_f32(activated, args.out_dtype,
+                     static_cast<char*>(args.out) + (id * intermediate + i0) * out_bytes,
+                     static_cast<size_t>(width));
   }
 }
 
@@ -130,7 +134,7 @@ void plain_epilogue(const PackedGemmArgs& args, const ExpertRows& chunk, int64_t
     const int32_t id = chunk.ids[r];
     const float scale = args.out_scale ? args.out_scale[id] : 1.0f;
     const float* values = acc + r * kPairWidth;
-    float* out = args.out + id * n + n0;
+    float* out = static_cast<float*>(args.out) + id * n + n0;
     for (int64_t c = 0; c < width; ++c) out[c] = (values[c] + (bias ? bias[c] : 0.0f)) * scale;
   }
 }

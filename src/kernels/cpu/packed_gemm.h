@@ -35,7 +35,11 @@ struct PackedGemmArgs {
   const float* bias = nullptr;              // [num experts, layout.n] or null
   ActivationParams activation;              // gated layouts
   const float* out_scale = nullptr;         // plain layouts: [ids] or null
-  float* out = nullptr;                     // [ids, layout.n / 2 (gated) or layout.n]
+  // [ids, layout.n / 2 (gated) or layout.n]. Gated outputs are the next GEMM's inputs and may be
+  // stored in that GEMM's input dtype (bf16 for the bf16 kernels): rounded once, here, rather
+  // than by every thread that gathers them. Plain outputs are f32.
+  void* out = nullptr;
+  DType out_dtype = DType::kF32;
 };
 
 // Buffers that only grow: a steady stream of batches allocates nothing.
