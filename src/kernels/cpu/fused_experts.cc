@@ -107,7 +107,7 @@ PackedExpertsView pack_touched(const ExpertsProblem& pb, ExpertsWorkspace& ws, i
   v.w13_experts = ws.w13_table.data();
   v.w2_experts = ws.w2_table.data();
   if (pb.shared_intermediate_size > 0) {
-    ws.packed_shared = PackedExperts::pack(pb, num_threads);
+    ws.packed_shared = PackedExperts::pack_shared(pb, num_threads);
     const PackedExpertsView shared = ws.packed_shared.view();
     v.shared_w13 = shared.shared_w13;
     v.shared_w2 = shared.shared_w2;

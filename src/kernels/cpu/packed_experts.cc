@@ -40,15 +40,25 @@ PackedExperts PackedExperts::pack(const ExpertsProblem& pb, int num_threads) {
   p.w2_layout_ = plain_layout(pb.weight_dtype, H, I);
   p.w13_ = pack_stack(p.w13_layout_, pb.w13, p.num_experts_, num_threads, p.w13_table_);
   p.w2_ = pack_stack(p.w2_layout_, pb.w2, p.num_experts_, num_threads, p.w2_table_);
+  p.pack_shared_weights(pb, num_threads);
+  return p;
+}
+
+PackedExperts PackedExperts::pack_shared(const ExpertsProblem& pb, int num_threads) {
+  PackedExperts p;
+  p.pack_shared_weights(pb, num_threads);
+  return p;
+}
+
+void PackedExperts::pack_shared_weights(const ExpertsProblem& pb, int num_threads) {
+  const int64_t H = pb.hidden_size;
   if (pb.shared_intermediate_size > 0) {
     const int64_t Is = pb.shared_intermediate_size;
-    p.shared_w13_layout_ = gated_layout(pb.weight_dtype, Is, H);
-    p.shared_w2_layout_ = plain_layout(pb.weight_dtype, H, Is);
-    p.shared_w13_ =
-        pack_stack(p.shared_w13_layout_, pb.shared_w13, 1, num_threads, p.shared_tables_);
-    p.shared_w2_ = pack_stack(p.shared_w2_layout_, pb.shared_w2, 1, num_threads, p.shared_tables_);
+    shared_w13_layout_ = gated_layout(pb.weight_dtype, Is, H);
+    shared_w2_layout_ = plain_layout(pb.weight_dtype, H, Is);
+    shared_w13_ = pack_stack(shared_w13_layout_, pb.shared_w13, 1, num_threads, shared_tables_);
+    shared_w2_ = pack_stack(shared_w2_layout_, pb.shared_w2, 1, num_threads, shared_tables_);
   }
-  return p;
 }
 
 PackedExpertsView PackedExperts::view() const {

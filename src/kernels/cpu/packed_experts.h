@@ -29,6 +29,8 @@ class PackedExperts {
   PackedExperts() = default;
   // Packs every local expert of `problem` (its w13, w2 and shared weights; batch fields unused).
   static PackedExperts pack(const ExpertsProblem& problem, int num_threads);
+  // Packs only the shared experts' weights (for a call that packs the routed ones it touches).
+  static PackedExperts pack_shared(const ExpertsProblem& problem, int num_threads);
 
   PackedExpertsView view() const;
   int64_t nbytes() const;
@@ -40,6 +42,8 @@ class PackedExperts {
   Tensor unpack_shared_w2() const;
 
  private:
+  void pack_shared_weights(const ExpertsProblem& problem, int num_threads);
+
   int64_t num_experts_ = 0;
   PackedLayout w13_layout_, w2_layout_, shared_w13_layout_, shared_w2_layout_;
   Tensor w13_, w2_, shared_w13_, shared_w2_;  // u8 buffers, 64-byte aligned

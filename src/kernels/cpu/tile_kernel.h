@@ -3,10 +3,10 @@
 //
 //   acc[r, c] (+)= sum over k in [k_begin, k_end) of a[r, k] * w[column c of the pair, k]
 //
-// The driver walks k in blocks that keep a block of weights in L1 while every row block of the
-// chunk passes over it, carrying the sums in acc from one k block to the next.
-// The driver (packed_gemm.cc) gathers and converts the input rows, walks experts, pairs and row
-// blocks, and applies the epilogue; a TileKernel only multiplies. The f32 kernels (plain, avx2,
+// The driver (packed_gemm.cc) gathers and converts the input rows, walks experts, pairs, k blocks
+// (a block of weights stays in L1 while every row block passes over it, the sums carried in acc
+// from one k block to the next) and row blocks, and applies the epilogue; a TileKernel only
+// multiplies. The f32 kernels (plain, avx2,
 // avx512) add the products of each output in ascending k, one fused multiply-add at a time, so
 // their results do not depend on how rows are blocked or split across threads. The bf16 kernels
 // (avx512bf16, amx) take bf16 inputs and follow the hardware's pairwise order.
