@@ -191,8 +191,10 @@ file or tensor at fault, or listing the MoE layers when `layer` is dense or out 
       .def_prop_ro(
           "config", [](PyLayer& self) { return self.layer.config(); }, "The layer's MoeConfig.")
       .def_prop_ro("weights", &weights,
-                   "dict of name -> read-only NumPy view of the layer's weights (router, w13 "
-                   "[E, 2I, H], w2 [E, H, I], and the optional biases and shared experts).")
+                   "dict of name -> read-only NumPy array of the layer's weights (router, w13 "
+                   "[E, 2I, H], w2 [E, H, I], and the optional biases and shared experts). "
+                   "A cpu layer keeps its expert weights packed for its kernels; those are "
+                   "unpacked once, on first use.")
       .def_prop_ro("last_stage_times", &last_stage_times,
                    "Wall time of each stage of the last forward, in microseconds: route, align, "
                    "gemm1, act, gemm2, sum, shared.")
