@@ -45,7 +45,8 @@ CpuIsa best_cpu_isa();
 // cannot run it, naming what is missing and the supported paths.
 CpuIsa resolve_cpu_isa(CpuIsa requested = CpuIsa::kAuto);
 
-// The instruction-set features the CPU reports, as in /proc/cpuinfo ("avx2 fma f16c avx512f ...").
+// The instruction-set features this machine can use, named as in /proc/cpuinfo ("avx2 fma f16c
+// avx512f ..."): those the CPU reports and whose register state the OS saves.
 std::string cpu_feature_names();
 
 }  // namespace moe

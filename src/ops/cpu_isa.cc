@@ -134,13 +134,19 @@ CpuIsa resolve_cpu_isa(CpuIsa requested) {
 std::string cpu_feature_names() {
   const cpu::CpuFeatures& f = cpu::cpu_features();
   std::string names;
-  const std::pair<const char*, bool> features[] = {
-      {"avx2", f.avx2},         {"fma", f.fma},
-      {"f16c", f.f16c},         {"avx512f", f.avx512f},
-      {"avx512bw", f.avx512bw}, {"avx512vl", f.avx512vl},
-      {"avx512dq", f.avx512dq}, {"avx512_bf16", f.avx512_bf16},
-      {"amx_tile", f.amx_tile}, {"amx_bf16", f.amx_bf16},
-      {"amx_int8", f.amx_int8}};
+  // Like the Linux kernel's flags, a feature counts only when the OS saves its register state.
+  const bool avx = f.os_avx, avx512 = f.os_avx512, amx = f.os_amx;
+  const std::pair<const char*, bool> features[] = {{"avx2", avx && f.avx2},
+                                                   {"fma", avx && f.fma},
+                                                   {"f16c", avx && f.f16c},
+                                                   {"avx512f", avx512 && f.avx512f},
+                                                   {"avx512bw", avx512 && f.avx512bw},
+                                                   {"avx512vl", avx512 && f.avx512vl},
+                                                   {"avx512dq", avx512 && f.avx512dq},
+                                                   {"avx512_bf16", avx512 && f.avx512_bf16},
+                                                   {"amx_tile", amx && f.amx_tile},
+                                                   {"amx_bf16", amx && f.amx_bf16},
+                                                   {"amx_int8", amx && f.amx_int8}};
   for (const auto& [name, present] : features) {
     if (!present) continue;
     if (!names.empty()) names += ' ';
