@@ -14,6 +14,7 @@
 
 #include "moe/backend.h"
 #include "moe/config.h"
+#include "moe/cpu_isa.h"
 #include "moe/tensor.h"
 
 namespace moe {
@@ -50,9 +51,12 @@ struct ExpertsOptions {
   TensorView w2_bias;     // [E_local, H], optional
   TensorView expert_map;  // [E_global] int32: local expert id or -1; empty = all experts local
   SharedExpertWeights shared;
-  int64_t block_m = 0;  // rows per block; 0 = the backend's choice
+  // cpu backend: the most rows of one expert multiplied in one pass over its weights;
+  // 0 = the backend's choice.
+  int64_t block_m = 0;
   Backend backend = Backend::kAuto;
-  int num_threads = 0;  // 0 = all hardware threads
+  CpuIsa cpu_isa = CpuIsa::kAuto;  // cpu backend: kAuto = MOE_CPU_ISA, or the fastest path
+  int num_threads = 0;             // 0 = all hardware threads
   // CUDA backend: the cudaStream_t to run on (null = the legacy default stream). Work is only
   // queued; the call returns without synchronizing unless stage times are asked for.
   void* cuda_stream = nullptr;

@@ -9,6 +9,7 @@
 
 #include "moe/backend.h"
 #include "moe/config.h"
+#include "moe/cpu_isa.h"
 #include "moe/experts.h"
 #include "moe/tensor.h"
 
@@ -38,13 +39,17 @@ LayerWeights synthetic_layer_weights(const MoeConfig& config, DType dtype, uint6
 
 struct LayerOptions {
   Backend backend = Backend::kAuto;
-  int num_threads = 0;  // 0 = all hardware threads
-  int64_t block_m = 0;  // 0 = the backend's choice
+  int num_threads = 0;             // 0 = all hardware threads
+  int64_t block_m = 0;             // 0 = the backend's choice
+  CpuIsa cpu_isa = CpuIsa::kAuto;  // cpu backend: kAuto = MOE_CPU_ISA, or the fastest path
 };
 
 class MoeLayer {
  public:
-  // Checks every weight against the config; throws moe::Error naming the first mismatch.
+  // Checks every weight against the config; throws moe::Error naming the first mismatch, or when
+  // options.cpu_isa (or MOE_CPU_ISA) names a path this machine cannot run. On the cpu backend the
+  // expert weights (w13, w2 and the shared experts') are packed once for the kernels and the layer
+  // keeps only the packed copy: pass the weights by value (moved) to free the plain ones.
   MoeLayer(MoeConfig config, LayerWeights weights, LayerOptions options = {});
   // Decoder layer `layer` of the Hugging Face checkpoint in folder `dir`, its weights in `dtype`
   // (Checkpoint and load_moe_layer in moe/checkpoint.h say what is read and what is refused).
@@ -57,6 +62,10 @@ class MoeLayer {
   // hidden [M, H] f32/bf16/f16 -> out [M, H] of the same dtype.
   void forward(const TensorView& hidden, const TensorView& out);
   Tensor forward(const TensorView& hidden);
+  // The experts half only, on a routing the caller chose: topk_ids [M, k] int32 in [0, E) and
+  // topk_weights [M, k] f32 (benchmarks, or routing done elsewhere). Allocates nothing once warm.
+  void forward_experts(const TensorView& hidden, const TensorView& topk_ids,
+                       const TensorView& topk_weights, const TensorView& out);
 
   // Serves the experts from physical slots, some experts having several (EPLB's redundant
   // experts): slot_experts [num_slots] names the logical expert each slot holds, every expert at
@@ -68,8 +77,15 @@ class MoeLayer {
   int64_t num_slots() const;  // E without replicas
 
   const MoeConfig& config() const { return config_; }
+  // The weights as given, except that on the cpu backend w13, w2, shared_w13 and shared_w2 are
+  // undefined: they live only in packed form (unpacked_weights() rebuilds them).
   const LayerWeights& weights() const { return weights_; }
+  LayerWeights unpacked_weights() const;  // every weight in the plain layout (copies)
+  DType weight_dtype() const;             // of w13 and w2
   const LayerOptions& options() const { return options_; }
+  // The instruction-set path of the cpu backend, fixed at construction; kAuto on the reference
+  // backend.
+  CpuIsa cpu_isa() const;
 
   // What the last forward did.
   const StageTimes& last_stage_times() const { return times_; }
@@ -82,6 +98,8 @@ class MoeLayer {
   struct State;
   void route_batch(const TensorView& hidden);          // fills topk ids, weights and counts
   void route_batch_checked(const TensorView& hidden);  // the same through the public route()
+  void run_experts(const TensorView& hidden, const int32_t* topk_ids, const float* topk_weights,
+                   const TensorView& out);
 
   MoeConfig config_;
   LayerWeights weights_;

@@ -5,6 +5,7 @@
 #include "moe/backend.h"
 #include "moe/checkpoint.h"
 #include "moe/config.h"
+#include "moe/cpu_isa.h"
 #include "moe/dtype.h"
 #include "moe/eplb.h"
 #include "moe/error.h"

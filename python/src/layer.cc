@@ -27,6 +27,8 @@ struct PyLayer {
   explicit PyLayer(MoeLayer moe_layer) : layer(std::move(moe_layer)) {}
   MoeLayer layer;
   std::mutex mutex;
+  // The cpu backend keeps the expert weights packed only; `weights` unpacks them once, here.
+  std::optional<LayerWeights> unpacked;
 };
 
 // Every way of building a layer ends here, so each gets the same options and checks.
@@ -132,9 +134,14 @@ nb::dict last_stage_times(PyLayer& self) {
   return times;
 }
 
-// Zero-copy read-only views; each keeps the layer alive.
+// Read-only views; each keeps the layer alive. The expert weights of a cpu layer are unpacked
+// copies made on first use; the rest are zero-copy.
 nb::dict weights(nb::handle self_object) {
-  const LayerWeights& w = nb::cast<PyLayer&>(self_object).layer.weights();
+  PyLayer& self = nb::cast<PyLayer&>(self_object);
+  const LayerWeights& w = locked(self, [&]() -> const LayerWeights& {
+    if (!self.unpacked) self.unpacked = self.layer.unpacked_weights();
+    return *self.unpacked;
+  });
   nb::dict views;
   const std::pair<const char*, const Tensor*> named[] = {{"router", &w.router},
                                                          {"router_bias", &w.router_bias},
@@ -184,8 +191,10 @@ file or tensor at fault, or listing the MoE layers when `layer` is dense or out 
       .def_prop_ro(
           "config", [](PyLayer& self) { return self.layer.config(); }, "The layer's MoeConfig.")
       .def_prop_ro("weights", &weights,
-                   "dict of name -> read-only NumPy view of the layer's weights (router, w13 "
-                   "[E, 2I, H], w2 [E, H, I], and the optional biases and shared experts).")
+                   "dict of name -> read-only NumPy array of the layer's weights (router, w13 "
+                   "[E, 2I, H], w2 [E, H, I], and the optional biases and shared experts). "
+                   "A cpu layer keeps its expert weights packed for its kernels; those are "
+                   "unpacked once, on first use.")
       .def_prop_ro("last_stage_times", &last_stage_times,
                    "Wall time of each stage of the last forward, in microseconds: route, align, "
                    "gemm1, act, gemm2, sum, shared.")

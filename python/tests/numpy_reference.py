@@ -120,13 +120,17 @@ def experts_reference(hidden, w13, w2, topk_weights, topk_ids, *, expert_map=Non
     return out, magnitude
 
 
-def experts_bound(expected, magnitude, num_terms, out_dtype):
+def experts_bound(expected, magnitude, num_terms, out_dtype, weight_dtype="float32"):
     """Elementwise bound on |got - expected| for f32 accumulation and one rounding to out_dtype.
 
     num_terms is the longest chain of roundings (H + I + k + a few); the factor 2 covers the
-    second-order terms and the few ulps of exp() inside silu.
+    second-order terms and the few ulps of exp() inside silu. With bf16 weights the engine's
+    amx and avx512bf16 paths also round the inputs of both GEMMs to bf16, which moves each
+    product by at most one bf16 unit roundoff: one more term per GEMM.
     """
     accumulation = 2 * num_terms * UNIT_ROUNDOFF["float32"] * magnitude
+    if weight_dtype == "bfloat16":
+        accumulation = accumulation + 2 * UNIT_ROUNDOFF["bfloat16"] * magnitude
     return accumulation + unit_roundoff(out_dtype) * np.abs(expected)
 
 

@@ -96,7 +96,7 @@ def test_cpu_backend_within_bound_of_reference(preset):
     expected, magnitude = experts_reference(hidden, w["w13"], w["w2"], cpu.last_topk_weights,
                                             cpu.last_topk_ids, shared=shared)
     num_terms = config.hidden_size + config.intermediate_size + config.top_k + 8
-    bound = experts_bound(expected, magnitude, num_terms, np.float32)
+    bound = experts_bound(expected, magnitude, num_terms, np.float32, "bfloat16")
     assert_within(got, expected, bound, f"{preset} cpu")
     # The reference backend accumulates in float64 and rounds once to float32.
     assert_within(expected_backend, expected, 2 * UNIT_ROUNDOFF["float32"] * magnitude,

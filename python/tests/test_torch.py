@@ -32,7 +32,7 @@ def test_fused_experts_bfloat16():
     # The reference sees the same bf16 values, widened exactly.
     exact = [t.float().numpy() for t in (hidden_bf16, w13_bf16, w2_bf16)]
     expected, magnitude = experts_reference(*exact, weights, ids)
-    bound = experts_bound(expected, magnitude, 32 + 16 + 2 + 8, "bfloat16")
+    bound = experts_bound(expected, magnitude, 32 + 16 + 2 + 8, "bfloat16", "bfloat16")
     assert_within(out.float().numpy(), expected, bound, "torch bfloat16")
 
 

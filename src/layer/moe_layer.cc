@@ -7,6 +7,7 @@
 #include "kernels/cpu/assign_replicas.h"
 #include "kernels/cpu/fused_experts.h"
 #include "kernels/cpu/routing.h"
+#include "kernels/cpu/threads.h"
 #include "kernels/reference/experts.h"
 #include "moe/error.h"
 #include "moe/routing.h"
@@ -20,6 +21,11 @@ namespace moe {
 
 struct MoeLayer::State {
   ValidatedExperts experts;  // weights checked once; the batch fields are set per call
+  DType weight_dtype = DType::kF32;
+  // cpu backend: the expert weights packed at construction, and the kernels of the chosen path.
+  CpuIsa isa = CpuIsa::kAuto;
+  cpu::PackedExperts packed;
+  cpu::ExpertKernels kernels;
   cpu::ExpertsWorkspace workspace;
   std::vector<int32_t> topk_ids;       // [M, k]
   std::vector<float> topk_weights;     // [M, k]
@@ -104,6 +110,33 @@ ValidatedExperts validate_weights(const MoeConfig& config, const LayerWeights& w
                           experts_options(config, w, options));
 }
 
+void check_hidden_and_out(const TensorView& hidden, const TensorView& out, int64_t hidden_size) {
+  check_device(hidden, "hidden", Device::kCpu);
+  check_contiguous(hidden, "hidden");
+  check_rank(hidden, "hidden", 2);
+  check_dtype(hidden, "hidden", {DType::kF32, DType::kBF16, DType::kF16});
+  if (hidden.size(1) != hidden_size) {
+    fail("hidden: expected [M, {}] (the layer's hidden size); got {}", hidden_size,
+         shape_string(hidden.shape));
+  }
+  check_device(out, "out", Device::kCpu);
+  check_contiguous(out, "out");
+  check_dtype(out, "out", {hidden.dtype});
+  check_shape(out, "out", hidden.shape);
+}
+
+// [M, k] of `dtype` on the CPU, checked without building a Shape (no allocation per call).
+void check_routing_tensor(const TensorView& t, const char* name, DType dtype, int64_t M,
+                          int64_t k) {
+  check_device(t, name, Device::kCpu);
+  check_contiguous(t, name);
+  check_dtype(t, name, {dtype});
+  if (t.dim() != 2 || t.shape[0] != M || t.shape[1] != k) {
+    fail("{}: expected shape [{}, {}] (tokens of hidden, top_k of the layer); got {}", name, M, k,
+         shape_string(t.shape));
+  }
+}
+
 double microseconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
       .count();
@@ -116,18 +149,32 @@ MoeLayer::MoeLayer(MoeConfig config, LayerWeights weights, LayerOptions options)
   validate(config_);
   state_ = std::make_unique<State>();
   state_->experts = validate_weights(config_, weights_, options_);
-  state_->expert_counts.assign(static_cast<size_t>(config_.routing.num_experts), 0);
-  // The router weights go through route()'s own checks once, on an empty batch; forward then
-  // calls the kernels directly.
-  route_batch_checked(
-      TensorView(nullptr, weights_.router.dtype(), {0, config_.experts.hidden_size}));
+  state_->weight_dtype = weights_.w13.dtype();
   if (options_.backend == Backend::kCuda) {
+    // The GPU keeps its own copy of the weights; the host copy stays for weights().
 #ifdef MOE_WITH_CUDA
     state_->cuda = std::make_unique<CudaLayer>(config_, weights_);
 #else
     fail("backend: cuda, but this build has no CUDA backend (configure with MOE_WITH_CUDA=ON)");
 #endif
+  } else if (options_.backend != Backend::kReference) {
+    State& s = *state_;
+    s.isa = resolve_cpu_isa(options_.cpu_isa);
+    s.kernels = cpu::expert_kernels(s.isa, s.weight_dtype);
+    s.packed =
+        cpu::PackedExperts::pack(s.experts.problem, cpu::resolve_num_threads(options_.num_threads));
+    // Only the packed copy stays with the layer.
+    for (Tensor* plain : {&weights_.w13, &weights_.w2, &weights_.shared_w13, &weights_.shared_w2}) {
+      *plain = Tensor();
+    }
+    ExpertsProblem& pb = s.experts.problem;
+    pb.w13 = pb.w2 = pb.shared_w13 = pb.shared_w2 = nullptr;
   }
+  state_->expert_counts.assign(static_cast<size_t>(config_.routing.num_experts), 0);
+  // The router weights go through route()'s own checks once, on an empty batch; forward then
+  // calls the kernels directly.
+  route_batch_checked(
+      TensorView(nullptr, weights_.router.dtype(), {0, config_.experts.hidden_size}));
 }
 
 MoeLayer::~MoeLayer() = default;
@@ -189,18 +236,7 @@ void MoeLayer::forward(const TensorView& hidden, const TensorView& out) {
     return;
   }
 #endif
-  check_device(hidden, "hidden", Device::kCpu);
-  check_contiguous(hidden, "hidden");
-  check_rank(hidden, "hidden", 2);
-  check_dtype(hidden, "hidden", {DType::kF32, DType::kBF16, DType::kF16});
-  if (hidden.size(1) != H) {
-    fail("hidden: expected [M, {}] (the layer's hidden size); got {}", H,
-         shape_string(hidden.shape));
-  }
-  check_device(out, "out", Device::kCpu);
-  check_contiguous(out, "out");
-  check_dtype(out, "out", {hidden.dtype});
-  check_shape(out, "out", hidden.shape);
+  check_hidden_and_out(hidden, out, H);
 
   State& s = *state_;
   const int64_t M = hidden.size(0);
@@ -215,24 +251,31 @@ void MoeLayer::forward(const TensorView& hidden, const TensorView& out) {
   route_batch(hidden);
   times_.route_us = microseconds_since(route_start);
 
+  run_experts(hidden, s.topk_ids.data(), s.topk_weights.data(), out);
+}
+
+void MoeLayer::run_experts(const TensorView& hidden, const int32_t* topk_ids,
+                           const float* topk_weights, const TensorView& out) {
+  State& s = *state_;
+  const int64_t M = hidden.size(0), k = config_.routing.top_k;
   ExpertsProblem problem = s.experts.problem;
   problem.num_tokens = M;
   problem.hidden = hidden.data;
   problem.hidden_dtype = hidden.dtype;
-  problem.topk_ids = s.topk_ids.data();
+  problem.topk_ids = topk_ids;
   if (!s.slot_experts.empty()) {
     // The experts see slots: each slot's weights are those of the logical expert it holds.
     const int64_t num_slots = static_cast<int64_t>(s.slot_experts.size());
     if (static_cast<int64_t>(s.slot_ids.size()) < M * k) s.slot_ids.resize(M * k);
-    cpu::assign_replicas(s.topk_ids.data(), M * k, config_.routing.num_experts,
-                         s.expert_slots.data(), s.max_replicas, s.replica_count.data(),
-                         s.slot_ids.data(), s.next_replica.data());
+    cpu::assign_replicas(topk_ids, M * k, config_.routing.num_experts, s.expert_slots.data(),
+                         s.max_replicas, s.replica_count.data(), s.slot_ids.data(),
+                         s.next_replica.data());
     cpu::count_experts(s.slot_ids.data(), M * k, num_slots, s.slot_counts.data());
     problem.topk_ids = s.slot_ids.data();
     problem.num_experts = num_slots;
     problem.expert_map = s.slot_experts.data();
   }
-  problem.topk_weights = s.topk_weights.data();
+  problem.topk_weights = topk_weights;
   problem.out = out.data;
   switch (options_.backend) {
     case Backend::kReference: {
@@ -245,13 +288,37 @@ void MoeLayer::forward(const TensorView& hidden, const TensorView& out) {
     case Backend::kAuto:
     case Backend::kCpu: {
       const int64_t block_m = options_.block_m > 0 ? options_.block_m : cpu::kDefaultBlockM;
-      cpu::fused_experts(problem, block_m, s.workspace, options_.num_threads, &times_);
+      const cpu::PackedExpertsView packed = s.packed.view();
+      cpu::fused_experts(problem, &packed, s.kernels, block_m, s.workspace, options_.num_threads,
+                         &times_);
       return;
     }
     case Backend::kCuda:
-      break;  // MoeLayer keeps its weights in host memory; the CUDA layer is still to come
+      break;  // a CUDA layer runs whole in CudaLayer::forward
   }
   fail("MoeLayer: the {} backend is not available for layers yet", backend_name(options_.backend));
+}
+
+void MoeLayer::forward_experts(const TensorView& hidden, const TensorView& topk_ids,
+                               const TensorView& topk_weights, const TensorView& out) {
+  const int64_t H = config_.experts.hidden_size, E = config_.routing.num_experts;
+  const int64_t k = config_.routing.top_k;
+  if (options_.backend == Backend::kCuda) {
+    fail("forward_experts: not implemented on the CUDA backend yet; use forward()");
+  }
+  check_hidden_and_out(hidden, out, H);
+  const int64_t M = hidden.size(0);
+  check_routing_tensor(topk_ids, "topk_ids", DType::kI32, M, k);
+  check_routing_tensor(topk_weights, "topk_weights", DType::kF32, M, k);
+  const int32_t* ids = topk_ids.as<int32_t>();
+  for (int64_t p = 0; p < M * k; ++p) {
+    if (ids[p] < 0 || ids[p] >= E) {
+      fail("topk_ids: expected expert ids in [0, {}); got {} at token {}, slot {}", E, ids[p],
+           p / k, p % k);
+    }
+  }
+  times_ = StageTimes{};
+  run_experts(hidden, ids, topk_weights.as<float>(), out);
 }
 
 Tensor MoeLayer::forward(const TensorView& hidden) {
@@ -299,6 +366,20 @@ void MoeLayer::set_replicas(const std::vector<int32_t>& slot_experts) {
   s.next_replica.assign(static_cast<size_t>(E), 0);
   s.slot_counts.assign(slot_experts.size(), 0);
 }
+
+LayerWeights MoeLayer::unpacked_weights() const {
+  LayerWeights w = weights_;
+  if (!state_->packed.nbytes()) return w;
+  w.w13 = state_->packed.unpack_w13();
+  w.w2 = state_->packed.unpack_w2();
+  w.shared_w13 = state_->packed.unpack_shared_w13();
+  w.shared_w2 = state_->packed.unpack_shared_w2();
+  return w;
+}
+
+DType MoeLayer::weight_dtype() const { return state_->weight_dtype; }
+
+CpuIsa MoeLayer::cpu_isa() const { return state_->isa; }
 
 int64_t MoeLayer::num_slots() const {
   return state_->slot_experts.empty() ? config_.routing.num_experts

@@ -5,7 +5,7 @@
 #include <cmath>
 
 #include "kernels/cpu/fused_experts.h"
-#include "kernels/cpu/grouped_gemm.h"
+#include "kernels/cpu/tile_kernel.h"
 #include "kernels/reference/experts.h"
 #include "moe/error.h"
 #include "ops/experts_validation.h"
@@ -86,9 +86,13 @@ void fused_experts(const TensorView& hidden, const TensorView& w13, const Tensor
       return;
     case Backend::kAuto:
     case Backend::kCpu: {
+      // Plain weights: the call packs the experts the batch touches (a layer packs once instead).
+      const CpuIsa isa = resolve_cpu_isa(options.cpu_isa);
       cpu::ExpertsWorkspace workspace;
       const int64_t block_m = options.block_m > 0 ? options.block_m : cpu::kDefaultBlockM;
-      cpu::fused_experts(validated.problem, block_m, workspace, options.num_threads, times);
+      cpu::fused_experts(validated.problem, nullptr,
+                         cpu::expert_kernels(isa, validated.problem.weight_dtype), block_m,
+                         workspace, options.num_threads, times);
       return;
     }
     case Backend::kCuda:

@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "kernels/cpu/grouped_gemm.h"
+#include "kernels/cpu/fused_experts.h"
 #include "moe/error.h"
 
 namespace moe {

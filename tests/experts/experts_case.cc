@@ -10,6 +10,8 @@
 #include <gtest/gtest.h>
 
 #include "common/random_tensors.h"
+#include "kernels/cpu/fused_experts.h"
+#include "ops/experts_validation.h"
 
 namespace moe::testing {
 
@@ -92,30 +94,50 @@ ExpertsInputs make_inputs(const ExpertsCase& c) {
   return in;
 }
 
-Tensor run_backend(const ExpertsInputs& in, Backend backend, int num_threads) {
+namespace {
+
+// Runs `call` on a NaN-poisoned output followed by a guard row; fails the current test if the
+// guard row changed.
+template <typename Call>
+Tensor run_guarded(const ExpertsInputs& in, const std::string& what, Call call) {
   const int64_t M = in.hidden.size(0), H = in.hidden.size(1);
-  // One guard row after the output: any write past the end shows up there.
   Tensor storage(in.hidden.dtype(), {M + 1, H});
   poison(storage);
   const size_t row_bytes = static_cast<size_t>(H) * dtype_size(in.hidden.dtype());
   char* guard = storage.data<char>() + M * row_bytes;
   std::memset(guard, 0x5a, row_bytes);
-  TensorView out(storage.data<void>(), in.hidden.dtype(), {M, H});
-
-  ExpertsOptions options = in.options;
-  options.backend = backend;
-  options.num_threads = num_threads;
-  fused_experts(in.hidden, in.w13, in.w2, in.topk_weights, in.topk_ids, out, options);
-
+  call(TensorView(storage.data<void>(), in.hidden.dtype(), {M, H}));
   for (size_t b = 0; b < row_bytes; ++b) {
     if (static_cast<unsigned char>(guard[b]) != 0x5a) {
-      ADD_FAILURE() << "backend " << backend_name(backend) << " wrote past the output, byte " << b;
+      ADD_FAILURE() << what << " wrote past the output, byte " << b;
       break;
     }
   }
   Tensor result(in.hidden.dtype(), {M, H});
   std::memcpy(result.data<void>(), storage.data<void>(), result.nbytes());
   return result;
+}
+
+}  // namespace
+
+Tensor run_backend(const ExpertsInputs& in, Backend backend, int num_threads) {
+  return run_guarded(in, "backend " + std::string(backend_name(backend)), [&](TensorView out) {
+    ExpertsOptions options = in.options;
+    options.backend = backend;
+    options.num_threads = num_threads;
+    fused_experts(in.hidden, in.w13, in.w2, in.topk_weights, in.topk_ids, out, options);
+  });
+}
+
+Tensor run_cpu_kernels(const ExpertsInputs& in, const cpu::ExpertKernels& kernels,
+                       int num_threads) {
+  return run_guarded(in, "cpu kernels", [&](TensorView out) {
+    const ValidatedExperts v =
+        validate_experts(in.hidden, in.w13, in.w2, in.topk_weights, in.topk_ids, out, in.options);
+    cpu::ExpertsWorkspace workspace;
+    const int64_t block_m = in.options.block_m > 0 ? in.options.block_m : cpu::kDefaultBlockM;
+    cpu::fused_experts(v.problem, nullptr, kernels, block_m, workspace, num_threads, nullptr);
+  });
 }
 
 Tensor run_reference_f32(const ExpertsInputs& in) {

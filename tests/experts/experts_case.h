@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 
+#include "kernels/cpu/tile_kernel.h"
 #include "moe/experts.h"
 #include "moe/tensor.h"
 
@@ -45,6 +46,11 @@ ExpertsInputs make_inputs(const ExpertsCase& c);
 // Runs `backend` into a NaN-poisoned output followed by a guard row; fails the current test
 // if the guard row changed.
 Tensor run_backend(const ExpertsInputs& inputs, Backend backend, int num_threads = 0);
+
+// The same through the cpu pipeline with the given tile kernels (any path, or an emulated one),
+// packing the touched experts as the public call does.
+Tensor run_cpu_kernels(const ExpertsInputs& inputs, const cpu::ExpertKernels& kernels,
+                       int num_threads = 0);
 
 // The reference result in f32 (inputs converted exactly to f32 when they are bf16/f16), so a
 // low-precision backend is compared with the unrounded answer.

@@ -1,5 +1,8 @@
 // Every experts backend against the reference backend on random problems, plus the properties
-// a user relies on: thread-count independence, isolation of bad tokens, clear errors.
+// a user relies on: thread-count independence, isolation of bad tokens, clear errors. The cpu
+// backend runs each case on every kernel set this machine can run (kernels/kernel_sets.h: the
+// supported paths and the emulated ones), and once through the public call, whose path
+// MOE_CPU_ISA can force.
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -9,6 +12,7 @@
 #include "common/expect_error.h"
 #include "common/random_tensors.h"
 #include "experts/experts_case.h"
+#include "kernels/kernel_sets.h"
 #include "moe/error.h"
 #include "moe/experts.h"
 
@@ -41,14 +45,52 @@ double tolerance(DType out_dtype) {
   return 0;
 }
 
+// Kernels that round their input rows to bf16 (avx512bf16 and amx with bf16 weights) perturb each
+// input of gemm1 and gemm2 by up to 2^-8 of itself. A dot product of random-sign terms then errs
+// by about 2^-8 / sqrt(3) of its own magnitude, so the normwise error of the two GEMMs together
+// stays near 3e-3 (3.8e-3 the largest over this suite's cases, emulated kernels included); the
+// bound leaves a factor of 2.5.
+constexpr double kBf16InputsBound = 1e-2;
+
+double tolerance(DType out_dtype, bool bf16_inputs) {
+  return tolerance(out_dtype) + (bf16_inputs ? kBf16InputsBound : 0.0);
+}
+
+// Whether the path the public call picks rounds its inputs to bf16 for these weights.
+bool default_path_rounds_to_bf16(DType weight_dtype) {
+  const CpuIsa isa = resolve_cpu_isa();
+  return weight_dtype == DType::kBF16 && (isa == CpuIsa::kAvx512Bf16 || isa == CpuIsa::kAmx);
+}
+
+void expect_close(const Tensor& got, const Tensor& expected, DType dtype, bool bf16_inputs,
+                  const std::string& what) {
+  SCOPED_TRACE(what);
+  const Comparison cmp = compare(got, expected);
+  EXPECT_FALSE(cmp.nan_mismatch) << cmp.describe();
+  EXPECT_LE(cmp.max_rel_error, tolerance(dtype, bf16_inputs)) << cmp.describe();
+}
+
 void expect_matches_reference(const ExpertsCase& c, Backend backend, int num_threads = 0) {
   SCOPED_TRACE(c.describe() + " backend=" + std::string(backend_name(backend)));
   const ExpertsInputs in = make_inputs(c);
   const Tensor expected = run_reference_f32(in);
   const Tensor got = run_backend(in, backend, num_threads);
-  const Comparison cmp = compare(got, expected);
-  EXPECT_FALSE(cmp.nan_mismatch) << cmp.describe();
-  EXPECT_LE(cmp.max_rel_error, tolerance(c.dtype)) << cmp.describe();
+  const bool bf16_inputs =
+      backend != Backend::kReference && default_path_rounds_to_bf16(c.weight_dtype);
+  expect_close(got, expected, c.dtype, bf16_inputs, "public call");
+}
+
+// The cpu backend on `c`: the public call, then every runnable kernel set.
+void expect_cpu_matches_reference(const ExpertsCase& c, int num_threads = 0) {
+  SCOPED_TRACE(c.describe());
+  const ExpertsInputs in = make_inputs(c);
+  const Tensor expected = run_reference_f32(in);
+  expect_close(run_backend(in, Backend::kCpu, num_threads), expected, c.dtype,
+               default_path_rounds_to_bf16(c.weight_dtype), "public call");
+  for (const KernelSet& set : runnable_kernel_sets(c.weight_dtype)) {
+    expect_close(run_cpu_kernels(in, set.kernels, num_threads), expected, c.dtype, set.bf16_inputs,
+                 "kernels " + set.name);
+  }
 }
 
 std::vector<ExpertsCase> random_cases() {
@@ -84,7 +126,7 @@ std::vector<ExpertsCase> random_cases() {
 }
 
 TEST(FusedExperts, CpuMatchesReferenceOnRandomProblems) {
-  for (const ExpertsCase& c : random_cases()) expect_matches_reference(c, Backend::kCpu);
+  for (const ExpertsCase& c : random_cases()) expect_cpu_matches_reference(c);
 }
 
 TEST(FusedExperts, CpuMatchesReferenceAtRealisticWidths) {
@@ -101,7 +143,7 @@ TEST(FusedExperts, CpuMatchesReferenceAtRealisticWidths) {
       c.shared_intermediate_size = 70;
       c.shared_gate = true;
       c.seed = 7 + static_cast<uint64_t>(M);
-      expect_matches_reference(c, Backend::kCpu);
+      expect_cpu_matches_reference(c);
     }
   }
 }
@@ -119,7 +161,7 @@ TEST(FusedExperts, EveryActivationAndOption) {
         c.weight_on_input = on_input;
         c.biases = biases;
         c.seed = seed++;
-        expect_matches_reference(c, Backend::kCpu);
+        expect_cpu_matches_reference(c);
       }
     }
   }
@@ -134,7 +176,46 @@ TEST(FusedExperts, OneExpertTakingEveryPair) {
     c.routing = Routing::kAllToOneExpert;
     c.block_m = block_m;
     c.seed = 31;
-    expect_matches_reference(c, Backend::kCpu);
+    expect_cpu_matches_reference(c);
+  }
+}
+
+TEST(FusedExperts, ManyRowsPerExpertAcrossBlocksAndPasses) {
+  // Skewed routing gives expert 0 most of 300 pairs: several 32-row tile blocks, and with a small
+  // block_m several passes over its weights; 1024 takes all rows in one pass.
+  for (int64_t block_m : {0, 7, 40, 1024}) {
+    for (DType weights : {DType::kBF16, DType::kF32}) {
+      ExpertsCase c;
+      c.num_tokens = 150;
+      c.hidden_size = 70;
+      c.intermediate_size = 40;
+      c.num_experts = 5;
+      c.top_k = 2;
+      c.dtype = DType::kBF16;
+      c.weight_dtype = weights;
+      c.routing = Routing::kSkewed;
+      c.block_m = block_m;
+      c.seed = 60 + static_cast<uint64_t>(block_m);
+      expect_cpu_matches_reference(c);
+    }
+  }
+}
+
+TEST(FusedExperts, DeepSeekSizedRouting) {
+  // E = 256 experts, top-8: most experts idle at decode sizes, a few shared at prefill sizes.
+  for (int64_t M : {1, 3, 64}) {
+    for (Routing routing : {Routing::kUniform, Routing::kSkewed}) {
+      ExpertsCase c;
+      c.num_tokens = M;
+      c.hidden_size = 48;
+      c.intermediate_size = 24;
+      c.num_experts = 256;
+      c.top_k = 8;
+      c.dtype = c.weight_dtype = DType::kBF16;
+      c.routing = routing;
+      c.seed = 80 + static_cast<uint64_t>(M);
+      expect_cpu_matches_reference(c);
+    }
   }
 }
 
@@ -161,8 +242,52 @@ TEST(FusedExperts, SameBitsForOneAndTwoThreads) {
     SCOPED_TRACE(c.describe());
     const ExpertsInputs in = make_inputs(c);
     const Tensor one = run_backend(in, Backend::kCpu, 1);
-    const Tensor two = run_backend(in, Backend::kCpu, 2);
-    EXPECT_EQ(std::memcmp(one.data<void>(), two.data<void>(), one.nbytes()), 0);
+    for (int threads : {2, 3}) {
+      const Tensor more = run_backend(in, Backend::kCpu, threads);
+      EXPECT_EQ(std::memcmp(one.data<void>(), more.data<void>(), one.nbytes()), 0) << threads;
+    }
+    for (const KernelSet& set : runnable_kernel_sets(c.weight_dtype)) {
+      const Tensor single = run_cpu_kernels(in, set.kernels, 1);
+      const Tensor triple = run_cpu_kernels(in, set.kernels, 3);
+      EXPECT_EQ(std::memcmp(single.data<void>(), triple.data<void>(), single.nbytes()), 0)
+          << set.name;
+    }
+  }
+}
+
+// The first `tokens` tokens of a case's inputs (the weights are shared).
+ExpertsInputs first_tokens(const ExpertsInputs& in, int64_t tokens) {
+  ExpertsInputs out = in;
+  const auto head = [&](const Tensor& t) {
+    Tensor part(t.dtype(), {tokens, t.size(1)});
+    std::memcpy(part.data<void>(), t.data<void>(), part.nbytes());
+    return part;
+  };
+  out.hidden = head(in.hidden);
+  out.topk_ids = head(in.topk_ids);
+  out.topk_weights = head(in.topk_weights);
+  return out;
+}
+
+TEST(FusedExperts, ATokensResultDoesNotDependOnItsBatch) {
+  // Skewed routing: in the full batch expert 0 holds dozens of rows (several tile blocks); in the
+  // first three tokens alone it holds at most three.
+  ExpertsCase c;
+  c.num_tokens = 60;
+  c.hidden_size = 40;
+  c.intermediate_size = 20;
+  c.num_experts = 6;
+  c.top_k = 2;
+  c.dtype = c.weight_dtype = DType::kBF16;
+  c.routing = Routing::kSkewed;
+  c.seed = 21;
+  const ExpertsInputs full = make_inputs(c);
+  const ExpertsInputs few = first_tokens(full, 3);
+  const size_t bytes = 3 * static_cast<size_t>(c.hidden_size) * dtype_size(c.dtype);
+  for (const KernelSet& set : runnable_kernel_sets(c.weight_dtype)) {
+    const Tensor all = run_cpu_kernels(full, set.kernels, 2);
+    const Tensor head = run_cpu_kernels(few, set.kernels, 2);
+    EXPECT_EQ(std::memcmp(all.data<void>(), head.data<void>(), bytes), 0) << set.name;
   }
 }
 

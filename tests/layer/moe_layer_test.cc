@@ -9,8 +9,10 @@
 
 #include <gtest/gtest.h>
 
+#include "common/expect_error.h"
 #include "common/random_tensors.h"
 #include "moe/config.h"
+#include "moe/cpu_isa.h"
 #include "moe/error.h"
 
 namespace moe {
@@ -18,6 +20,7 @@ namespace {
 
 using testing::compare;
 using testing::Comparison;
+using testing::expect_error;
 using testing::random_normal;
 
 // A small layer of each routing family, built through the same code as the presets.
@@ -50,17 +53,27 @@ MoeConfig small_config(const std::string& family) {
   return c;
 }
 
-void expect_layer_matches_reference(const std::string& family, DType dtype, int64_t tokens) {
-  SCOPED_TRACE(family + " " + std::string(dtype_name(dtype)) + " M=" + std::to_string(tokens));
+// Output rounding (bf16: 1e-2, as in tests/experts), plus 1e-2 where the path rounds the GEMM
+// inputs of bf16 weights to bf16 (amx, avx512bf16: tests/experts derives it).
+double layer_tolerance(DType dtype, CpuIsa isa) {
+  const bool bf16_inputs =
+      dtype == DType::kBF16 && (isa == CpuIsa::kAmx || isa == CpuIsa::kAvx512Bf16);
+  return (dtype == DType::kF32 ? 1e-5 : 1e-2) + (bf16_inputs ? 1e-2 : 0.0);
+}
+
+void expect_layer_matches_reference(const std::string& family, DType dtype, int64_t tokens,
+                                    CpuIsa isa = CpuIsa::kAuto) {
+  SCOPED_TRACE(family + " " + std::string(dtype_name(dtype)) + " M=" + std::to_string(tokens) +
+               " isa=" + std::string(cpu_isa_name(isa)));
   const MoeConfig config = small_config(family);
   const LayerWeights weights = synthetic_layer_weights(config, dtype, 42);
-  MoeLayer layer(config, weights, LayerOptions{Backend::kCpu, 2, 0});
+  MoeLayer layer(config, weights, LayerOptions{Backend::kCpu, 2, 0, isa});
   MoeLayer reference(config, weights, LayerOptions{Backend::kReference, 1, 0});
   const Tensor hidden = random_normal(dtype, {tokens, config.experts.hidden_size}, 7);
   const Tensor got = layer.forward(hidden);
   const Tensor expected = reference.forward(Tensor::copy_of(hidden, DType::kF32));
   const Comparison cmp = compare(got, expected);
-  EXPECT_LE(cmp.max_rel_error, dtype == DType::kF32 ? 1e-5 : 1e-2) << cmp.describe();
+  EXPECT_LE(cmp.max_rel_error, layer_tolerance(dtype, layer.cpu_isa())) << cmp.describe();
 
   const TensorView ids = layer.last_topk_ids();
   const TensorView ref_ids = reference.last_topk_ids();
@@ -79,6 +92,58 @@ TEST(MoeLayer, EveryFamilyMatchesReference) {
       for (int64_t tokens : {0, 1, 3, 37}) expect_layer_matches_reference(family, dtype, tokens);
     }
   }
+}
+
+TEST(MoeLayer, EverySupportedPathMatchesReference) {
+  for (CpuIsa isa : supported_cpu_isas()) {
+    for (DType dtype : {DType::kF32, DType::kBF16}) {
+      for (int64_t tokens : {1, 40}) expect_layer_matches_reference("qwen2", dtype, tokens, isa);
+    }
+  }
+}
+
+TEST(MoeLayer, KeepsOnlyThePackedExpertWeights) {
+  const MoeConfig config = small_config("qwen2");
+  const LayerWeights weights = synthetic_layer_weights(config, DType::kBF16, 4);
+  const MoeLayer layer(config, weights, LayerOptions{Backend::kCpu, 2, 0});
+  EXPECT_EQ(layer.cpu_isa(), resolve_cpu_isa());
+  EXPECT_EQ(layer.weight_dtype(), DType::kBF16);
+  for (const Tensor* plain : {&layer.weights().w13, &layer.weights().w2,
+                              &layer.weights().shared_w13, &layer.weights().shared_w2}) {
+    EXPECT_FALSE(plain->defined());
+  }
+  EXPECT_TRUE(layer.weights().router.defined());
+  const LayerWeights unpacked = layer.unpacked_weights();
+  for (const auto& [name, got, expected] :
+       {std::tuple{"w13", unpacked.w13, weights.w13}, std::tuple{"w2", unpacked.w2, weights.w2},
+        std::tuple{"shared_w13", unpacked.shared_w13, weights.shared_w13},
+        std::tuple{"shared_w2", unpacked.shared_w2, weights.shared_w2}}) {
+    ASSERT_EQ(got.shape(), expected.shape()) << name;
+    EXPECT_EQ(std::memcmp(got.data<void>(), expected.data<void>(), got.nbytes()), 0) << name;
+  }
+  // The reference backend keeps the plain weights.
+  const MoeLayer reference(config, weights, LayerOptions{Backend::kReference, 1, 0});
+  EXPECT_TRUE(reference.weights().w13.defined());
+  EXPECT_EQ(reference.cpu_isa(), CpuIsa::kAuto);
+}
+
+TEST(MoeLayer, ForwardExpertsOnTheLayersOwnRoutingIsForward) {
+  const MoeConfig config = small_config("deepseek");
+  const LayerWeights weights = synthetic_layer_weights(config, DType::kBF16, 8);
+  MoeLayer layer(config, weights, LayerOptions{Backend::kCpu, 2, 0});
+  const Tensor hidden = random_normal(DType::kBF16, {13, 40}, 9);
+  const Tensor routed = layer.forward(hidden);
+  const Tensor ids = Tensor::copy_of(layer.last_topk_ids(), DType::kI32);
+  const Tensor weights_of_pairs = Tensor::copy_of(layer.last_topk_weights(), DType::kF32);
+  Tensor experts(DType::kBF16, {13, 40});
+  layer.forward_experts(hidden, ids, weights_of_pairs, experts);
+  EXPECT_EQ(std::memcmp(routed.data<void>(), experts.data<void>(), routed.nbytes()), 0);
+
+  ids.data<int32_t>()[5] = static_cast<int32_t>(config.routing.num_experts);
+  expect_error([&] { layer.forward_experts(hidden, ids, weights_of_pairs, experts); },
+               {"topk_ids", std::to_string(config.routing.num_experts)});
+  expect_error([&] { layer.forward_experts(hidden, weights_of_pairs, ids, experts); },
+               {"topk_ids"});
 }
 
 TEST(MoeLayer, ReusesItsWorkspaceAcrossBatchSizes) {

@@ -1,23 +1,22 @@
 // The CPU experts pipeline. Stage by stage, as include/moe/experts.h defines it:
-//   align   pairs grouped by expert into blocks (or one pair per block for tiny batches)
-//   gemm1   cache1[p] = hidden[p / k] · w13[e]^T        (rows read in place, written in pair order)
-//   act     cache2[p] = act(cache1[p])
-//   gemm2   cache3[p] = topk_weights[p] * cache2[p] · w2[e]^T   (cache3 reuses cache1's memory)
-//   shared  the always-on MLP over all tokens, as a one-expert grouped GEMM
+//   align   pairs grouped by expert (a counting sort: one group per touched expert)
+//   gemm1   cache2[p] = act(hidden[p / k] · w13[e]^T)   act in the epilogue; cache1 never exists
+//           (cache2 in gemm2's input dtype: f32, or bf16 for the bf16 kernels)
+//   gemm2   cache3[p] = topk_weights[p] * cache2[p] · w2[e]^T   weight in the epilogue
+//   shared  the always-on MLP over all tokens, as a one-expert gemm1 and gemm2
 //   sum     out[t] = sum_j cache3[t*k + j] + shared[t]
-// Tested by tests/experts against the reference backend.
+// act_us stays zero: the activation's time is part of gemm1's. Tested by tests/experts against
+// the reference backend.
 #include "kernels/cpu/fused_experts.h"
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <numeric>
 
 #include "kernels/cpu/align_block_size.h"
-#include "kernels/cpu/gated_activation.h"
-#include "kernels/cpu/grouped_gemm.h"
 #include "kernels/cpu/moe_sum.h"
 #include "kernels/cpu/threads.h"
-#include "moe/align.h"
 
 namespace moe::cpu {
 
@@ -45,149 +44,181 @@ class StageClock {
   std::chrono::steady_clock::time_point last_;
 };
 
-struct Alignment {
-  const int32_t* sorted_pair_ids;
-  const int32_t* expert_ids;
-  int64_t num_blocks;
-  int64_t block_m;
-};
-
-Alignment align_pairs(const ExpertsProblem& pb, int64_t block_m, ExpertsWorkspace& ws) {
-  const int64_t num_pairs = pb.num_pairs();
-  if (use_tiny_batch_path(pb.num_tokens, pb.top_k, pb.num_experts, pb.expert_map != nullptr)) {
-    int32_t* sorted = grown(ws.sorted_pair_ids, num_pairs);
-    int32_t* experts = grown(ws.expert_ids, num_pairs);
-    align_tiny_batch(pb.topk_ids, num_pairs, sorted, experts);
-    return {sorted, experts, num_pairs, 1};
+// Groups the pairs by local expert into ws.groups; the pairs of experts that are not local get
+// zero rows in cache3 (they contribute nothing to the sum).
+void group_pairs(const ExpertsProblem& pb, ExpertsWorkspace& ws) {
+  const int64_t num_pairs = pb.num_pairs(), E = pb.num_experts;
+  int32_t* sorted = grown(ws.sorted_pair_ids, num_pairs);
+  int32_t* block_experts = grown(ws.block_experts, num_pairs);
+  int32_t* offsets = grown(ws.expert_offsets, E + 1);
+  align_block_size(pb.topk_ids, num_pairs, E, 1, pb.expert_map, sorted, block_experts, offsets);
+  ws.groups.clear();
+  ws.groups.reserve(static_cast<size_t>(E));
+  for (int64_t e = 0; e < E; ++e) {
+    const int32_t rows = offsets[e + 1] - offsets[e];
+    if (rows == 0) continue;
+    const int32_t local = pb.expert_map ? pb.expert_map[e] : static_cast<int32_t>(e);
+    if (local < 0) continue;
+    ws.groups.push_back({local, rows, sorted + offsets[e]});
   }
-  const int64_t capacity = max_num_pairs_post_padded(num_pairs, pb.num_experts, block_m);
-  int32_t* sorted = grown(ws.sorted_pair_ids, capacity);
-  int32_t* experts = grown(ws.expert_ids, capacity / block_m + 1);
-  int32_t* offsets = grown(ws.expert_offsets, pb.num_experts + 1);
-  const int64_t padded = align_block_size(pb.topk_ids, num_pairs, pb.num_experts, block_m,
-                                          pb.expert_map, sorted, experts, offsets);
-  return {sorted, experts, padded / block_m, block_m};
 }
 
-GroupedGemmArgs gemm_args(const Alignment& alignment, int64_t num_pairs) {
-  GroupedGemmArgs args;
-  args.sorted_pair_ids = alignment.sorted_pair_ids;
-  args.expert_ids = alignment.expert_ids;
-  args.num_blocks = alignment.num_blocks;
-  args.block_m = alignment.block_m;
-  args.num_pairs = num_pairs;
-  return args;
+void zero_non_local_rows(const ExpertsProblem& pb, ExpertsWorkspace& ws, float* cache3) {
+  if (!pb.expert_map) return;
+  const int32_t* offsets = ws.expert_offsets.data();
+  for (int64_t e = 0; e < pb.num_experts; ++e) {
+    if (pb.expert_map[e] >= 0) continue;
+    for (int32_t i = offsets[e]; i < offsets[e + 1]; ++i) {
+      const int32_t p = ws.sorted_pair_ids[i];
+      std::fill(cache3 + p * pb.hidden_size, cache3 + (p + 1) * pb.hidden_size, 0.0f);
+    }
+  }
 }
 
-// The shared MLP as a grouped GEMM with one expert whose "pairs" are the tokens themselves.
-void run_shared_experts(const ExpertsProblem& pb, int64_t block_m, ExpertsWorkspace& ws,
-                        const ActivationParams& act, float* scratch, int num_threads) {
+// Packs the experts this batch touches into the workspace; returns the tables that point at them.
+PackedExpertsView pack_touched(const ExpertsProblem& pb, ExpertsWorkspace& ws, int num_threads) {
+  PackedExpertsView v;
+  v.w13 = gated_layout(pb.weight_dtype, pb.intermediate_size, pb.hidden_size);
+  v.w2 = plain_layout(pb.weight_dtype, pb.hidden_size, pb.intermediate_size);
+  ws.local_slot.assign(static_cast<size_t>(pb.num_local_experts), -1);
+  ws.touched.clear();
+  for (const ExpertRows& group : ws.groups) {
+    int32_t& slot = ws.local_slot[group.expert];
+    if (slot >= 0) continue;
+    slot = static_cast<int32_t>(ws.touched.size());
+    ws.touched.push_back(group.expert);
+  }
+  const int64_t count = static_cast<int64_t>(ws.touched.size());
+  const auto ensure = [](Tensor& buffer, int64_t bytes) {
+    if (!buffer.defined() || static_cast<int64_t>(buffer.nbytes()) < bytes) {
+      buffer = Tensor(DType::kU8, {bytes});
+    }
+  };
+  ensure(ws.packed_w13, count * v.w13.bytes());
+  ensure(ws.packed_w2, count * v.w2.bytes());
+  pack_matrices(v.w13, pb.w13, count, ws.touched.data(), ws.packed_w13.data<void>(), num_threads);
+  pack_matrices(v.w2, pb.w2, count, ws.touched.data(), ws.packed_w2.data<void>(), num_threads);
+  ws.w13_table.assign(static_cast<size_t>(pb.num_local_experts), nullptr);
+  ws.w2_table.assign(static_cast<size_t>(pb.num_local_experts), nullptr);
+  for (int64_t i = 0; i < count; ++i) {
+    ws.w13_table[ws.touched[i]] = ws.packed_w13.data<uint8_t>() + i * v.w13.bytes();
+    ws.w2_table[ws.touched[i]] = ws.packed_w2.data<uint8_t>() + i * v.w2.bytes();
+  }
+  v.w13_experts = ws.w13_table.data();
+  v.w2_experts = ws.w2_table.data();
+  if (pb.shared_intermediate_size > 0) {
+    ws.packed_shared = PackedExperts::pack_shared(pb, num_threads);
+    const PackedExpertsView shared = ws.packed_shared.view();
+    v.shared_w13 = shared.shared_w13;
+    v.shared_w2 = shared.shared_w2;
+    v.shared_w13_data = shared.shared_w13_data;
+    v.shared_w2_data = shared.shared_w2_data;
+  }
+  return v;
+}
+
+// gate[t] = sigmoid(hidden[t] · shared_gate), products and sums in f32.
+void shared_gate_values(const ExpertsProblem& pb, ExpertsWorkspace& ws, float* gate) {
+  const int64_t M = pb.num_tokens, H = pb.hidden_size;
+  float* row = grown(ws.gate_row, 2 * H);
+  float* weights = row + H;
+  convert_to_f32(pb.shared_gate, pb.weight_dtype, weights, static_cast<size_t>(H));
+  const size_t row_bytes = static_cast<size_t>(H) * dtype_size(pb.hidden_dtype);
+  for (int64_t t = 0; t < M; ++t) {
+    convert_to_f32(static_cast<const char*>(pb.hidden) + t * row_bytes, pb.hidden_dtype, row,
+                   static_cast<size_t>(H));
+    float dot = 0;
+    for (int64_t h = 0; h < H; ++h) dot += row[h] * weights[h];
+    gate[t] = 1.0f / (1.0f + std::exp(-dot));
+  }
+}
+
+void run_shared_experts(const ExpertsProblem& pb, const PackedExpertsView& packed,
+                        const ExpertKernels& kernels, int64_t block_m, ExpertsWorkspace& ws,
+                        const ActivationParams& act, int num_threads) {
   const int64_t M = pb.num_tokens, H = pb.hidden_size, Is = pb.shared_intermediate_size;
-  const int64_t num_blocks = (M + block_m - 1) / block_m;
-  int32_t* ids = grown(ws.shared_pair_ids, num_blocks * block_m);
-  for (int64_t i = 0; i < num_blocks * block_m; ++i) ids[i] = static_cast<int32_t>(std::min(i, M));
-  int32_t* experts = grown(ws.shared_expert_ids, num_blocks);
-  std::fill(experts, experts + num_blocks, 0);
-  const Alignment alignment{ids, experts, num_blocks, block_m};
+  int32_t* ids = grown(ws.token_ids, M);
+  std::iota(ids, ids + M, 0);
+  const ExpertRows tokens{0, static_cast<int32_t>(M), ids};
 
   float* gate = nullptr;
   if (pb.shared_gate) {
     gate = grown(ws.shared_gate, M);
-    GroupedGemmArgs args = gemm_args(alignment, M);
-    args.a = pb.hidden;
-    args.a_dtype = pb.hidden_dtype;
-    args.w = pb.shared_gate;
-    args.w_dtype = pb.weight_dtype;
-    args.n = 1;
-    args.k_dim = H;
-    args.c = gate;
-    grouped_gemm(args, scratch, num_threads);
-    for (int64_t t = 0; t < M; ++t) gate[t] = 1.0f / (1.0f + std::exp(-gate[t]));
+    shared_gate_values(pb, ws, gate);
   }
 
-  float* cache1 = grown(ws.shared_cache1, M * 2 * Is);
-  GroupedGemmArgs up = gemm_args(alignment, M);
+  PackedGemmArgs up;
   up.a = pb.hidden;
   up.a_dtype = pb.hidden_dtype;
-  up.w = pb.shared_w13;
-  up.w_dtype = pb.weight_dtype;
-  up.n = 2 * Is;
-  up.k_dim = H;
-  up.c = cache1;
-  grouped_gemm(up, scratch, num_threads);
+  up.layout = packed.shared_w13;
+  up.experts = packed.shared_w13_data;
+  up.activation = act;
+  up.out = grown(ws.shared_cache2, M * Is);
+  up.out_dtype = kernels.tile.a_dtype;
+  packed_gemm(up, &tokens, 1, kernels, block_m, ws.gemm, num_threads);
 
-  float* cache2 = grown(ws.shared_cache2, M * Is);
-  gated_activation(act, cache1, M, Is, cache2, num_threads);
-
-  GroupedGemmArgs down = gemm_args(alignment, M);
-  down.a = cache2;
-  down.a_dtype = DType::kF32;
-  down.w = pb.shared_w2;
-  down.w_dtype = pb.weight_dtype;
+  PackedGemmArgs down;
+  down.a = ws.shared_cache2.data();
+  down.a_dtype = kernels.tile.a_dtype;
+  down.layout = packed.shared_w2;
+  down.experts = packed.shared_w2_data;
   down.out_scale = gate;
-  down.n = H;
-  down.k_dim = Is;
-  down.c = grown(ws.shared_out, M * H);
-  grouped_gemm(down, scratch, num_threads);
+  down.out = grown(ws.shared_out, M * H);
+  packed_gemm(down, &tokens, 1, kernels, block_m, ws.gemm, num_threads);
 }
 
 }  // namespace
 
-void fused_experts(const ExpertsProblem& pb, int64_t block_m, ExpertsWorkspace& ws, int num_threads,
-                   StageTimes* times) {
+void fused_experts(const ExpertsProblem& pb, const PackedExpertsView* packed,
+                   const ExpertKernels& kernels, int64_t block_m, ExpertsWorkspace& ws,
+                   int num_threads, StageTimes* times) {
   num_threads = resolve_num_threads(num_threads);
   const int64_t M = pb.num_tokens, H = pb.hidden_size, I = pb.intermediate_size;
   const int64_t num_pairs = pb.num_pairs();
   const ActivationParams act{pb.activation, pb.swiglu_alpha, pb.swiglu_limit};
   StageClock clock(times);
 
-  const Alignment alignment = align_pairs(pb, block_m, ws);
+  group_pairs(pb, ws);
   clock.lap(&StageTimes::align_us);
 
-  const int64_t widest_k = std::max(H, std::max(I, pb.shared_intermediate_size));
-  float* scratch = grown(
-      ws.gemm_scratch, num_threads * grouped_gemm_scratch_floats(std::max(block_m, 1L), widest_k));
-  float* cache13 = grown(ws.cache13, num_pairs * std::max(2 * I, H));
+  const PackedExpertsView weights = packed ? *packed : pack_touched(pb, ws, num_threads);
+  const int64_t num_groups = static_cast<int64_t>(ws.groups.size());
 
-  GroupedGemmArgs gemm1 = gemm_args(alignment, num_pairs);
+  PackedGemmArgs gemm1;
   gemm1.a = pb.hidden;
   gemm1.a_dtype = pb.hidden_dtype;
   gemm1.a_row_divisor = pb.top_k;
   gemm1.a_scale = pb.weight_on_input ? pb.topk_weights : nullptr;
-  gemm1.w = pb.w13;
-  gemm1.w_dtype = pb.weight_dtype;
+  gemm1.layout = weights.w13;
+  gemm1.experts = weights.w13_experts;
   gemm1.bias = pb.w13_bias;
-  gemm1.n = 2 * I;
-  gemm1.k_dim = H;
-  gemm1.c = cache13;
-  grouped_gemm(gemm1, scratch, num_threads);
+  gemm1.activation = act;
+  gemm1.out = grown(ws.cache2, num_pairs * I);
+  gemm1.out_dtype = kernels.tile.a_dtype;
+  packed_gemm(gemm1, ws.groups.data(), num_groups, kernels, block_m, ws.gemm, num_threads);
   clock.lap(&StageTimes::gemm1_us);
 
-  float* cache2 = grown(ws.cache2, num_pairs * I);
-  gated_activation(act, cache13, num_pairs, I, cache2, num_threads);
-  clock.lap(&StageTimes::act_us);
-
-  GroupedGemmArgs gemm2 = gemm_args(alignment, num_pairs);
-  gemm2.a = cache2;
-  gemm2.a_dtype = DType::kF32;
-  gemm2.w = pb.w2;
-  gemm2.w_dtype = pb.weight_dtype;
+  float* cache3 = grown(ws.cache3, num_pairs * H);
+  PackedGemmArgs gemm2;
+  gemm2.a = ws.cache2.data();
+  gemm2.a_dtype = kernels.tile.a_dtype;
+  gemm2.layout = weights.w2;
+  gemm2.experts = weights.w2_experts;
   gemm2.bias = pb.w2_bias;
   gemm2.out_scale = pb.weight_on_input ? nullptr : pb.topk_weights;
-  gemm2.n = H;
-  gemm2.k_dim = I;
-  gemm2.c = cache13;  // cache3: cache1 was fully consumed by act
-  grouped_gemm(gemm2, scratch, num_threads);
+  gemm2.out = cache3;
+  packed_gemm(gemm2, ws.groups.data(), num_groups, kernels, block_m, ws.gemm, num_threads);
+  zero_non_local_rows(pb, ws, cache3);
   clock.lap(&StageTimes::gemm2_us);
 
   const float* shared = nullptr;
-  if (pb.shared_intermediate_size > 0) {
-    run_shared_experts(pb, block_m, ws, act, scratch, num_threads);
+  if (pb.shared_intermediate_size > 0 && M > 0) {
+    run_shared_experts(pb, weights, kernels, block_m, ws, act, num_threads);
     shared = ws.shared_out.data();
     clock.lap(&StageTimes::shared_us);
   }
 
-  moe_sum(cache13, shared, M, pb.top_k, H, pb.out, pb.hidden_dtype, num_threads);
+  moe_sum(cache3, shared, M, pb.top_k, H, pb.out, pb.hidden_dtype, num_threads);
   clock.lap(&StageTimes::sum_us);
 }
 

@@ -1,38 +1,55 @@
-// The CPU experts pipeline: align, gemm1, act, gemm2, sum, and the shared experts, over a
-// workspace that is sized once and reused (no allocation per call after warm-up).
+// The CPU experts pipeline: align, gemm1 with act fused, gemm2 with the router weight fused, the
+// shared experts and the sum, on packed weights (packed_experts.h) through the tile kernels of one
+// instruction set (tile_kernel.h), over a workspace that is sized once and reused.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
+#include "kernels/cpu/packed_experts.h"
+#include "kernels/cpu/packed_gemm.h"
+#include "kernels/cpu/tile_kernel.h"
 #include "kernels/experts_problem.h"
 #include "moe/experts.h"
 
 namespace moe::cpu {
 
-// Rows per block when the caller does not choose: large enough that a weight tile is reused
-// across many rows in prefill, small enough that the A panel stays in L2.
-inline constexpr int64_t kDefaultBlockM = 32;
+// block_m is the most rows of one expert multiplied in one pass over its weights. The default
+// covers an expert's share of a 4096-token batch of a 128-expert top-8 model, so prefill streams
+// each expert's weights once, while the rows (bf16: 1 MiB at H = 2048) stay in L2.
+inline constexpr int64_t kDefaultBlockM = 256;
+// The largest block_m accepted: each thread holds block_m input rows.
+inline constexpr int64_t kMaxBlockM = 1024;
 
 // Buffers of one layer's calls. They only grow, so a steady stream of batches no larger than the
 // largest seen so far allocates nothing.
 struct ExpertsWorkspace {
-  std::vector<int32_t> sorted_pair_ids;    // [max_num_pairs_post_padded]
-  std::vector<int32_t> expert_ids;         // [max blocks]
-  std::vector<int32_t> expert_offsets;     // [E + 1], align scratch
-  std::vector<float> cache13;              // [M*k, max(2I, H)]: cache1, then reused as cache3
-  std::vector<float> cache2;               // [M*k, I]
-  std::vector<int32_t> shared_pair_ids;    // [blocks * block_m]: tokens 0..M-1, then padding
-  std::vector<int32_t> shared_expert_ids;  // [blocks], all 0
-  std::vector<float> shared_gate;          // [M]: sigmoid(hidden · gate)
-  std::vector<float> shared_cache1;        // [M, 2 Is]
-  std::vector<float> shared_cache2;        // [M, Is]
-  std::vector<float> shared_out;           // [M, H]
-  std::vector<float> gemm_scratch;         // per-thread panels of the grouped GEMM
+  std::vector<int32_t> sorted_pair_ids;  // [M*k]: pair ids grouped by expert
+  std::vector<int32_t> block_experts;    // [M*k], align output (one pair per block)
+  std::vector<int32_t> expert_offsets;   // [E + 1]
+  std::vector<ExpertRows> groups;        // [touched experts]
+  std::vector<float> cache2;             // [M*k, I] of the kernels' input dtype
+  std::vector<float> cache3;             // [M*k, H]
+  std::vector<int32_t> token_ids;        // [M]: 0..M-1, the shared experts' rows
+  std::vector<float> shared_gate;        // [M]: sigmoid(hidden · gate)
+  std::vector<float> gate_row;           // [2H]: a hidden row and the gate in f32
+  std::vector<float> shared_cache2;      // [M, Is] of the kernels' input dtype
+  std::vector<float> shared_out;         // [M, H]
+  PackedGemmWorkspace gemm;
+  // Experts packed by the call itself when the caller has no packed weights.
+  std::vector<int32_t> local_slot;        // [E_local]: where a touched expert was packed, or -1
+  std::vector<int32_t> touched;           // [touched experts]: local ids
+  std::vector<const uint8_t*> w13_table;  // [E_local]
+  std::vector<const uint8_t*> w2_table;   // [E_local]
+  Tensor packed_w13, packed_w2;           // [touched, layout bytes]
+  PackedExperts packed_shared;
 };
 
-// Runs the whole experts half of the layer for a validated problem. block_m in [1, kMaxBlockM].
-void fused_experts(const ExpertsProblem& problem, int64_t block_m, ExpertsWorkspace& workspace,
+// Runs the whole experts half of the layer for a validated problem with block_m in
+// [1, kMaxBlockM]. `packed` holds the problem's weights prepacked, or is null: then the call packs
+// the experts this batch touches into the workspace first (the vLLM-shaped call on plain weights).
+void fused_experts(const ExpertsProblem& problem, const PackedExpertsView* packed,
+                   const ExpertKernels& kernels, int64_t block_m, ExpertsWorkspace& workspace,
                    int num_threads, StageTimes* times);
 
 }  // namespace moe::cpu

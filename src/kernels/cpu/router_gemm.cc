@@ -139,8 +139,8 @@ void router_logits(const void* hidden, DType hidden_dtype, const void* weight, D
   const int64_t num_e_blocks = (num_experts + kBlockE - 1) / kBlockE;
   const int64_t num_blocks = num_m_blocks * num_e_blocks;
   if (num_blocks == 0) return;
-  const int threads =
-      static_cast<int>(std::min<int64_t>(resolve_num_threads(num_threads), num_blocks));
+  // Always the caller's team size, even for fewer blocks than threads: threads.h says why.
+  const int threads = resolve_num_threads(num_threads);
   // Consecutive blocks share their tokens, so a thread's static chunk reuses its hidden rows.
 #pragma omp parallel for schedule(static) num_threads(threads)
   for (int64_t b = 0; b < num_blocks; ++b) {

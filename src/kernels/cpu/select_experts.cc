@@ -119,8 +119,8 @@ void select_experts(const RoutingConfig& config, const float* logits, int64_t nu
                     int num_threads) {
   if (num_tokens == 0) return;
   const int64_t k = config.top_k;
-  const int threads =
-      static_cast<int>(std::min<int64_t>(resolve_num_threads(num_threads), num_tokens));
+  // Always the caller's team size, even for fewer tokens than threads: threads.h says why.
+  const int threads = resolve_num_threads(num_threads);
 #pragma omp parallel for schedule(static) num_threads(threads)
   for (int64_t t = 0; t < num_tokens; ++t) {
     route_token(config, logits + t * config.num_experts, correction_bias, topk_ids + t * k,

@@ -45,7 +45,7 @@ void count_work(const MoeLayer& layer, BatchReport& report) {
   }
   const int64_t M = report.tokens;
   report.rows_mean = static_cast<double>(M * k) / static_cast<double>(E);
-  const double bytes_per_weight = static_cast<double>(dtype_size(layer.weights().w13.dtype()));
+  const double bytes_per_weight = static_cast<double>(dtype_size(layer.weight_dtype()));
   const double expert_weights = 3.0 * static_cast<double>(H * I);
   const double shared_weights = 3.0 * static_cast<double>(H * Is) + (c.experts.shared_gate ? H : 0);
   report.weight_bytes =

@@ -1,117 +1,245 @@
-// `moe bench`: the experts of one MoE layer timed over a sweep of token counts, each figure
-// printed next to its floor (weight bytes over measured bandwidth, flops over measured peak).
-#include <cstdio>
+// `moe bench`: the experts of one layer of a preset, swept over token counts. On the CPU
+// (default) also over weight dtypes and instruction-set paths; with --device cuda over the GPU
+// kernel plans (cuda_bench.h). Each figure is the median time of the experts half of the layer
+// (align, gemm1 + act, gemm2 + weight, sum; routing excluded) over calls that each get a new
+// uniform random top-k routing and the next of several copies of the layer's weights, so weights
+// stream from memory as in a model of many layers. Next to it: the floor from this run's own
+// streaming-read bandwidth and the path's own peak, and the fraction of the floor reached.
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
 #include <string>
 #include <vector>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "moe/backend.h"
 #include "moe/config.h"
+#include "moe/cpu_isa.h"
 #include "moe/error.h"
+#include "moe/layer.h"
 #include "tools/moe/commands.h"
+#include "tools/moe/experts_sweep.h"
 
 #ifdef MOE_WITH_CUDA
 #include "tools/moe/cuda_bench.h"
 #endif
 
 namespace moe::cli {
+
 namespace {
 
 struct BenchOptions {
   std::string preset = std::string(kDefaultPreset);
-  std::string device = "cuda";
-  std::vector<int64_t> tokens = {1, 4, 16, 64, 256, 1024, 4096, 16384};
-  int repeats = 20;
-  bool sweep = false;
-  bool json = false;
-  std::string output;  // JSON report written here too
+  std::string config_path;
+  std::vector<int64_t> tokens = {1, 4, 16, 64, 256, 1024, 4096};
+  std::vector<std::string> dtypes = {"bf16"};
+  std::vector<std::string> isas;  // empty: every path this machine supports
+  int threads = 0;
+  int copies = 4;
+  int repeats = 5;
+  double budget_s = 20;
+  double max_call_s = 0;  // > 0: skip a path's remaining sizes once a call took longer
+  int64_t block_m = 0;
+  int64_t bandwidth_mb = 1024;
   uint64_t seed = 0;
+  bool json = false;
+  bool csv = false;
+  // --device cuda
+  std::string device = "cpu";
+  bool tokens_given = false;
+  bool repeats_given = false;
+  bool sweep = false;
+  std::string output;
 };
 
-#ifdef MOE_WITH_CUDA
-void write_text(const std::string& path, const std::string& text) {
-  std::FILE* file = std::fopen(path.c_str(), "w");
-  if (file == nullptr) fail("--output: cannot open '{}' for writing", path);
-  const bool written = std::fwrite(text.data(), 1, text.size(), file) == text.size();
-  if (std::fclose(file) != 0 || !written) fail("--output: cannot write '{}'", path);
-}
-
+// The GPU sweep, with its own defaults where the CPU's were not overridden: tokens up to 16384
+// and 20 replays per routing set.
 void bench_cuda(const BenchOptions& o) {
-  const MoeConfig config = resolve_config(o.preset);
-  const CudaCeilings ceilings = measure_cuda_ceilings();
-  CudaBenchOptions options;
-  options.tokens = o.tokens;
-  options.repeats = o.repeats;
-  options.sweep = o.sweep;
-  options.seed = o.seed;
-  const std::vector<CudaBenchRow> rows = run_cuda_bench(config, options, ceilings);
-
-  {
-    nlohmann::json report = {{"preset", o.preset},
-                             {"device", ceilings.device_name},
-                             {"copy_bytes_per_s", ceilings.copy_bytes_per_s},
-                             {"bf16_flops_per_s", ceilings.bf16_flops_per_s},
-                             {"rows", nlohmann::json::array()}};
-    for (const CudaBenchRow& r : rows) {
-      report["rows"].push_back({{"tokens", r.tokens},
-                                {"plan", r.plan},
-                                {"default", r.is_default},
-                                {"median_us", r.median_us},
-                                {"min_us", r.min_us},
-                                {"floor_us", r.floor_us},
-                                {"align_us", r.align_us},
-                                {"gemm1_us", r.gemm1_us},
-                                {"gemm2_us", r.gemm2_us},
-                                {"sum_us", r.sum_us},
-                                {"distinct_experts", r.distinct_experts},
-                                {"weight_bytes", r.weight_bytes},
-                                {"flops", r.flops},
-                                {"workspace_bytes", r.workspace_bytes}});
-    }
-    if (!o.output.empty()) write_text(o.output, report.dump(2) + "\n");
-    if (o.json) {
-      std::printf("%s\n", report.dump(2).c_str());
-      return;
-    }
-  }
-  fmt::print(
-      "moe bench: {} (H {}, I {}, E {}, k {}) bf16 on {}\n"
-      "ceilings measured in this run: copy {:.2f} TB/s (read + write), bf16 GEMM {:.0f} TFLOP/s\n"
-      "times: median of CUDA-graph replays over 8 rotating routings; stages from one un-captured "
-      "call\n\n",
-      o.preset, config.experts.hidden_size, config.experts.intermediate_size,
-      config.routing.num_experts, config.routing.top_k, ceilings.device_name,
-      ceilings.copy_bytes_per_s / 1e12, ceilings.bf16_flops_per_s / 1e12);
-  fmt::print("{:>6} {:>10} {:>10} {:>9} {:>8} {:>8} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>8}\n",
-             "tokens", "plan", "us", "floor us", "floor %", "TFLOP/s", "TB/s", "align", "gemm1",
-             "gemm2", "sum", "experts", "work MB");
-  for (const CudaBenchRow& r : rows) {
-    fmt::print(
-        "{:>6} {:>10} {:>10.1f} {:>9.1f} {:>7.0f}% {:>8.1f} {:>7.2f} {:>7.1f} {:>7.1f} {:>7.1f} "
-        "{:>7.1f} {:>7.1f} {:>8.0f}\n",
-        r.tokens, r.plan + (r.is_default ? "*" : " "), r.median_us, r.floor_us,
-        100.0 * r.floor_us / r.median_us, r.flops / r.median_us / 1e6,
-        r.weight_bytes / r.median_us / 1e6, r.align_us, r.gemm1_us, r.gemm2_us, r.sum_us,
-        r.distinct_experts, r.workspace_bytes / 1e6);
-  }
-  fmt::print(
-      "\n* the built-in default plan (tuned tables in configs/cuda take precedence: moe tune); "
-      "TB/s counts the distinct experts' weights only\n");
-}
-#endif
-
-void run(const BenchOptions& o) {
-  if (o.device == "cuda") {
 #ifdef MOE_WITH_CUDA
-    bench_cuda(o);
-    return;
+  if (o.csv) fail("--csv: the cuda benchmark prints a table or --json");
+  CudaBenchCommand command;
+  command.preset = o.config_path.empty() ? o.preset : o.config_path;
+  command.tokens =
+      o.tokens_given ? o.tokens : std::vector<int64_t>{1, 4, 16, 64, 256, 1024, 4096, 16384};
+  if (o.repeats_given) command.repeats = o.repeats;
+  command.sweep = o.sweep;
+  command.json = o.json;
+  command.output = o.output;
+  command.seed = o.seed;
+  run_cuda_bench_command(command);
 #else
-    fail("--device cuda: this build has no CUDA backend (configure with MOE_WITH_CUDA=ON)");
+  fail("--device cuda: this build has no CUDA backend (configure with MOE_WITH_CUDA=ON)");
 #endif
+}
+
+struct Result {
+  std::string dtype;
+  std::string isa;
+  double peak_tflops = 0;
+  SweepPoint point;
+};
+
+std::vector<CpuIsa> chosen_paths(const std::vector<std::string>& names) {
+  if (names.empty()) return supported_cpu_isas();
+  std::vector<CpuIsa> paths;
+  for (const std::string& name : names) {
+    const CpuIsa isa = parse_cpu_isa(name);
+    if (isa == CpuIsa::kAuto) {
+      paths.push_back(resolve_cpu_isa());
+    } else {
+      // Checked before any weight is built: the error names what this machine lacks.
+      paths.push_back(resolve_cpu_isa(isa));
+    }
   }
-  fail("--device: expected cuda; got '{}'", o.device);
+  return paths;
+}
+
+void print_row(const Result& r) {
+  const SweepPoint& p = r.point;
+  fmt::print(
+      "{:>6} {:>10} {:>6} | {:>10.3f} {:>9.3f} {:>6.0f}% {:>5} | {:>8.1f} {:>8.3f} | {:>7} "
+      "{:>16} | {:>3}\n",
+      r.dtype, r.isa, p.tokens, p.ms, p.floor_ms, 100 * p.fraction(),
+      p.bandwidth_bound ? "bytes" : "flops", p.bytes / (p.ms * 1e-3) * 1e-9,
+      p.flops / (p.ms * 1e-3) * 1e-12, p.experts_touched,
+      fmt::format("{}/{:.1f}/{}", p.rows_min, p.rows_mean, p.rows_max), p.repeats);
+}
+
+void print_csv(const std::vector<Result>& results, double bandwidth, int threads) {
+  fmt::print(
+      "dtype,isa,threads,tokens,ms,floor_ms,floor_fraction,bound,bandwidth_gb_s,peak_tflops,"
+      "gb_per_s,tflops,experts_touched,rows_min,rows_mean,rows_max,repeats\n");
+  for (const Result& r : results) {
+    const SweepPoint& p = r.point;
+    fmt::print(
+        "{},{},{},{},{:.4f},{:.4f},{:.4f},{},{:.2f},{:.4f},{:.2f},{:.4f},{},{},{:.2f},{},{}\n",
+        r.dtype, r.isa, threads, p.tokens, p.ms, p.floor_ms, p.fraction(),
+        p.bandwidth_bound ? "bytes" : "flops", bandwidth, r.peak_tflops,
+        p.bytes / (p.ms * 1e-3) * 1e-9, p.flops / (p.ms * 1e-3) * 1e-12, p.experts_touched,
+        p.rows_min, p.rows_mean, p.rows_max, p.repeats);
+  }
+}
+
+nlohmann::json results_json(const MoeConfig& config, const std::vector<Result>& results,
+                            double bandwidth, int threads, const BenchOptions& o) {
+  nlohmann::json points = nlohmann::json::array();
+  for (const Result& r : results) {
+    const SweepPoint& p = r.point;
+    points.push_back(
+        {{"dtype", r.dtype},
+         {"isa", r.isa},
+         {"peak_tflops", r.peak_tflops},
+         {"tokens", p.tokens},
+         {"ms", p.ms},
+         {"floor_ms", p.floor_ms},
+         {"floor_fraction", p.fraction()},
+         {"bound", p.bandwidth_bound ? "bytes" : "flops"},
+         {"bytes", p.bytes},
+         {"flops", p.flops},
+         {"experts_touched", p.experts_touched},
+         {"rows_per_expert", {{"min", p.rows_min}, {"mean", p.rows_mean}, {"max", p.rows_max}}},
+         {"repeats", p.repeats}});
+  }
+  return {{"model", config.name},
+          {"hidden_size", config.experts.hidden_size},
+          {"intermediate_size", config.experts.intermediate_size},
+          {"num_experts", config.routing.num_experts},
+          {"top_k", config.routing.top_k},
+          {"threads", threads},
+          {"copies", o.copies},
+          {"cpu_features", cpu_feature_names()},
+          {"bandwidth_gb_s", bandwidth},
+          {"results", points}};
+}
+
+void bench(const BenchOptions& o) {
+  if (o.device == "cuda") return bench_cuda(o);
+  if (o.sweep || !o.output.empty()) fail("--sweep and --output belong to --device cuda");
+  const MoeConfig config =
+      o.config_path.empty() ? preset_config(o.preset) : load_hf_config(o.config_path);
+  if (o.threads < 0) fail("--threads: expected >= 0 (0 = all cores); got {}", o.threads);
+  if (o.copies < 1) fail("--copies: expected >= 1; got {}", o.copies);
+  if (o.bandwidth_mb < 1) fail("--bandwidth-mb: expected >= 1; got {}", o.bandwidth_mb);
+  for (int64_t tokens : o.tokens) {
+    if (tokens < 0) fail("--tokens: expected counts >= 0; got {}", tokens);
+  }
+  std::vector<DType> dtypes;
+  for (const std::string& name : o.dtypes) {
+    const DType dtype = parse_dtype(name);
+    if (dtype != DType::kF32 && dtype != DType::kBF16 && dtype != DType::kF16) {
+      fail("--dtypes: expected f32, bf16 or f16; got {}", name);
+    }
+    dtypes.push_back(dtype);
+  }
+  const std::vector<CpuIsa> paths = chosen_paths(o.isas);
+  const int threads = o.threads > 0 ? o.threads : omp_get_max_threads();
+  omp_set_num_threads(threads);
+  const bool table = !o.json && !o.csv;
+
+  const double bandwidth = measure_read_bandwidth(threads, o.bandwidth_mb << 20, 5);
+  if (table) {
+    fmt::print("moe bench: {} experts (H={} I={} E={} k={}), {} threads, {} weight copies\n",
+               config.name, config.experts.hidden_size, config.experts.intermediate_size,
+               config.routing.num_experts, config.routing.top_k, threads, o.copies);
+    fmt::print("  cpu      {}\n", cpu_feature_names());
+    fmt::print("  memory   {:.1f} GB/s streaming read ({} MiB, {} threads, best of 5)\n", bandwidth,
+               o.bandwidth_mb, threads);
+  }
+
+  std::vector<Result> results;
+  for (DType dtype : dtypes) {
+    LayerWeights weights = synthetic_layer_weights(config, dtype, o.seed);
+    for (CpuIsa isa : paths) {
+      const double peak = measure_peak_flops(isa, dtype, threads);
+      std::vector<MoeLayer> copies;
+      for (int c = 0; c < o.copies; ++c) {
+        copies.emplace_back(config, weights, LayerOptions{Backend::kCpu, threads, o.block_m, isa});
+      }
+      if (table) {
+        fmt::print("\n{} weights, {} path: peak {:.3f} TFLOP/s on {} threads\n", dtype_name(dtype),
+                   cpu_isa_name(isa), peak * 1e-12, threads);
+        fmt::print(
+            "{:>6} {:>10} {:>6} | {:>10} {:>9} {:>7} {:>5} | {:>8} {:>8} | {:>7} {:>16} | {:>3}\n",
+            "dtype", "isa", "tokens", "ms/layer", "floor_ms", "floor", "bound", "GB/s", "TFLOP/s",
+            "experts", "rows min/mean/max", "n");
+      }
+      double slowest_ms = 0;
+      for (int64_t tokens : o.tokens) {
+        if (o.max_call_s > 0 && slowest_ms > o.max_call_s * 1e3) {
+          if (table) {
+            fmt::print("{:>6} {:>10} {:>6} | skipped: an earlier batch took {:.1f} s per call\n",
+                       dtype_name(dtype), cpu_isa_name(isa), tokens, slowest_ms * 1e-3);
+          }
+          continue;
+        }
+        SweepSettings s;
+        s.tokens = tokens;
+        s.repeats = o.repeats;
+        s.budget_s = o.budget_s;
+        s.seed = o.seed + static_cast<uint64_t>(tokens) * 7919;
+        s.hidden_dtype = dtype;
+        s.bandwidth_gb_s = bandwidth;
+        s.peak_flops = peak;
+        Result r{std::string(dtype_name(dtype)), std::string(cpu_isa_name(isa)), peak * 1e-12,
+                 measure_point(copies, s)};
+        if (table) print_row(r);
+        slowest_ms = std::max(slowest_ms, r.point.ms);
+        results.push_back(std::move(r));
+      }
+    }
+  }
+  if (o.json) fmt::print("{}\n", results_json(config, results, bandwidth, threads, o).dump(2));
+  if (o.csv) print_csv(results, bandwidth, threads);
+  if (table) {
+    fmt::print(
+        "\nms/layer: median of the experts half (align, gemm1+act, gemm2+weight, sum; routing "
+        "excluded),\n  a new uniform top-{} routing and the next weight copy on every call. "
+        "floor = max(bytes of the\n  distinct experts touched / bandwidth, flops / peak of the "
+        "path), both measured above.\n",
+        config.routing.top_k);
+  }
 }
 
 }  // namespace
@@ -119,21 +247,63 @@ void run(const BenchOptions& o) {
 void add_bench_command(CLI::App& app) {
   auto options = std::make_shared<BenchOptions>();
   CLI::App* cmd = app.add_subcommand(
-      "bench", "Time the experts of one layer over a sweep of token counts, next to the floor");
-  cmd->add_option("--preset", options->preset, "Preset name or config.json path")
-      ->capture_default_str();
-  cmd->add_option("--device", options->device, "Where to run: cuda")->capture_default_str();
-  cmd->add_option("--tokens", options->tokens, "Token counts to sweep, comma separated")
+      "bench",
+      "Time the experts of one layer over token counts (CPU: weight dtypes and instruction-set "
+      "paths; CUDA: kernel plans), next to the floor from this machine's measured bandwidth and "
+      "peak");
+  cmd->add_option("--preset", options->preset, "Built-in model preset")
+      ->capture_default_str()
+      ->check(CLI::IsMember(preset_names()));
+  cmd->add_option("--config", options->config_path,
+                  "A Hugging Face config.json to take the layer's shape from (overrides --preset)");
+  CLI::Option* tokens = cmd->add_option("--tokens", options->tokens, "Batch sizes, comma separated")
+                            ->delimiter(',')
+                            ->capture_default_str();
+  cmd->add_option("--dtypes", options->dtypes, "Weight (and hidden) dtypes: f32, bf16, f16")
       ->delimiter(',')
       ->capture_default_str();
-  cmd->add_option("--repeats", options->repeats, "Timed replays per routing set")
+  cmd->add_option("--isa", options->isas,
+                  "Paths to run (plain, avx2, avx512, avx512bf16, amx, auto); default: every path "
+                  "this machine supports")
+      ->delimiter(',');
+  cmd->add_option("--threads", options->threads, "Worker threads (0 = all cores)")
       ->capture_default_str();
-  cmd->add_flag("--sweep", options->sweep, "Also time every kernel plan that can run each size");
-  cmd->add_option("--seed", options->seed, "Seed of weights, inputs and routings")
+  cmd->add_option("--copies", options->copies,
+                  "Copies of the layer's weights called in turn, so weights come from memory")
       ->capture_default_str();
-  cmd->add_flag("--json", options->json, "Print a JSON report instead of the table");
-  cmd->add_option("--output", options->output, "Also write the JSON report to this file");
-  cmd->callback([options] { run(*options); });
+  CLI::Option* repeats =
+      cmd->add_option("--repeats", options->repeats,
+                      "Timed calls per point (cuda: replays per routing set); the median is "
+                      "reported")
+          ->capture_default_str();
+  cmd->add_option("--budget", options->budget_s,
+                  "Seconds per point after which no further call starts (at least one runs)")
+      ->capture_default_str();
+  cmd->add_option("--max-call-s", options->max_call_s,
+                  "Skip a path's remaining (larger) token counts once one call took longer than "
+                  "this many seconds (0 = never)")
+      ->capture_default_str();
+  cmd->add_option("--block-m", options->block_m,
+                  "Rows of one expert per pass over its weights (0 = the backend's choice)")
+      ->capture_default_str();
+  cmd->add_option("--bandwidth-mb", options->bandwidth_mb,
+                  "MiB read by the bandwidth measurement (well above the last-level cache)")
+      ->capture_default_str();
+  cmd->add_option("--seed", options->seed, "Seed of the weights, inputs and routings")
+      ->capture_default_str();
+  CLI::Option* json = cmd->add_flag("--json", options->json, "Print one JSON object");
+  cmd->add_flag("--csv", options->csv, "Print CSV, one line per point")->excludes(json);
+  cmd->add_option("--device", options->device,
+                  "cpu, or cuda: the GPU kernels as CUDA-graph replays (tokens 1 to 16384)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  cmd->add_flag("--sweep", options->sweep, "cuda: also time every kernel plan that can run");
+  cmd->add_option("--output", options->output, "cuda: also write the JSON report to this file");
+  cmd->callback([options, tokens, repeats] {
+    options->tokens_given = tokens->count() > 0;
+    options->repeats_given = repeats->count() > 0;
+    bench(*options);
+  });
 }
 
 }  // namespace moe::cli

@@ -7,6 +7,7 @@ namespace moe::cli {
 
 void add_run_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
+void add_cpu_command(CLI::App& app);
 void add_forward_command(CLI::App& app);
 void add_info_command(CLI::App& app);
 void add_plan_command(CLI::App& app);

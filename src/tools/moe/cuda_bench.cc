@@ -4,11 +4,13 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <numeric>
 #include <random>
 #include <set>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/device_buffer.h"
@@ -277,6 +279,80 @@ std::vector<CudaBenchRow> run_cuda_bench(const MoeConfig& config, const CudaBenc
   check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
   cudaStreamDestroy(stream);
   return rows;
+}
+
+namespace {
+
+void write_text(const std::string& path, const std::string& text) {
+  std::FILE* file = std::fopen(path.c_str(), "w");
+  if (file == nullptr) fail("--output: cannot open '{}' for writing", path);
+  const bool written = std::fwrite(text.data(), 1, text.size(), file) == text.size();
+  if (std::fclose(file) != 0 || !written) fail("--output: cannot write '{}'", path);
+}
+
+}  // namespace
+
+void run_cuda_bench_command(const CudaBenchCommand& o) {
+  const MoeConfig config = resolve_config(o.preset);
+  const CudaCeilings ceilings = measure_cuda_ceilings();
+  CudaBenchOptions options;
+  options.tokens = o.tokens;
+  options.repeats = o.repeats;
+  options.sweep = o.sweep;
+  options.seed = o.seed;
+  const std::vector<CudaBenchRow> rows = run_cuda_bench(config, options, ceilings);
+
+  {
+    nlohmann::json report = {{"preset", o.preset},
+                             {"device", ceilings.device_name},
+                             {"copy_bytes_per_s", ceilings.copy_bytes_per_s},
+                             {"bf16_flops_per_s", ceilings.bf16_flops_per_s},
+                             {"rows", nlohmann::json::array()}};
+    for (const CudaBenchRow& r : rows) {
+      report["rows"].push_back({{"tokens", r.tokens},
+                                {"plan", r.plan},
+                                {"default", r.is_default},
+                                {"median_us", r.median_us},
+                                {"min_us", r.min_us},
+                                {"floor_us", r.floor_us},
+                                {"align_us", r.align_us},
+                                {"gemm1_us", r.gemm1_us},
+                                {"gemm2_us", r.gemm2_us},
+                                {"sum_us", r.sum_us},
+                                {"distinct_experts", r.distinct_experts},
+                                {"weight_bytes", r.weight_bytes},
+                                {"flops", r.flops},
+                                {"workspace_bytes", r.workspace_bytes}});
+    }
+    if (!o.output.empty()) write_text(o.output, report.dump(2) + "\n");
+    if (o.json) {
+      std::printf("%s\n", report.dump(2).c_str());
+      return;
+    }
+  }
+  fmt::print(
+      "moe bench: {} (H {}, I {}, E {}, k {}) bf16 on {}\n"
+      "ceilings measured in this run: copy {:.2f} TB/s (read + write), bf16 GEMM {:.0f} TFLOP/s\n"
+      "times: median of CUDA-graph replays over 8 rotating routings; stages from one un-captured "
+      "call\n\n",
+      o.preset, config.experts.hidden_size, config.experts.intermediate_size,
+      config.routing.num_experts, config.routing.top_k, ceilings.device_name,
+      ceilings.copy_bytes_per_s / 1e12, ceilings.bf16_flops_per_s / 1e12);
+  fmt::print("{:>6} {:>10} {:>10} {:>9} {:>8} {:>8} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>8}\n",
+             "tokens", "plan", "us", "floor us", "floor %", "TFLOP/s", "TB/s", "align", "gemm1",
+             "gemm2", "sum", "experts", "work MB");
+  for (const CudaBenchRow& r : rows) {
+    fmt::print(
+        "{:>6} {:>10} {:>10.1f} {:>9.1f} {:>7.0f}% {:>8.1f} {:>7.2f} {:>7.1f} {:>7.1f} {:>7.1f} "
+        "{:>7.1f} {:>7.1f} {:>8.0f}\n",
+        r.tokens, r.plan + (r.is_default ? "*" : " "), r.median_us, r.floor_us,
+        100.0 * r.floor_us / r.median_us, r.flops / r.median_us / 1e6,
+        r.weight_bytes / r.median_us / 1e6, r.align_us, r.gemm1_us, r.gemm2_us, r.sum_us,
+        r.distinct_experts, r.workspace_bytes / 1e6);
+  }
+  fmt::print(
+      "\n* the built-in default plan (tuned tables in configs/cuda take precedence: moe tune); "
+      "TB/s counts the distinct experts' weights only\n");
 }
 
 }  // namespace moe::cli

@@ -38,6 +38,20 @@ struct CudaBenchRow {
 };
 
 CudaCeilings measure_cuda_ceilings();
+
+// `moe bench --device cuda`: measures the ceilings, runs the sweep, prints the table (or JSON)
+// and writes the JSON report to `output` when given.
+struct CudaBenchCommand {
+  std::string preset;
+  std::vector<int64_t> tokens;
+  int repeats = 20;
+  bool sweep = false;
+  bool json = false;
+  std::string output;
+  uint64_t seed = 0;
+};
+void run_cuda_bench_command(const CudaBenchCommand& options);
+
 std::vector<CudaBenchRow> run_cuda_bench(const MoeConfig& config, const CudaBenchOptions& options,
                                          const CudaCeilings& ceilings);
 

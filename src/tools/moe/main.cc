@@ -10,6 +10,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   moe::cli::add_run_command(app);
   moe::cli::add_bench_command(app);
+  moe::cli::add_cpu_command(app);
   moe::cli::add_forward_command(app);
   moe::cli::add_info_command(app);
   moe::cli::add_plan_command(app);

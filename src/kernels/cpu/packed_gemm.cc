@@ -1,0 +1,246 @@
+#include "kernels/cpu/packed_gemm.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+
+namespace moe::cpu {
+
+namespace {
+
+constexpr int64_t kCacheLine = 64;
+constexpr int64_t kFloatsPerCacheLine = kCacheLine / sizeof(float);
+// Bytes of one k block of a panel pair: small enough that the block and the matching slice of a
+// block of input rows stay in a 32 KiB L1 while every row block of the chunk passes over it.
+constexpr int64_t kPairBlockBytes = 16 * 1024;
+
+int64_t round_up(int64_t value, int64_t multiple) {
+  return (value + multiple - 1) / multiple * multiple;
+}
+
+// One thread's slice of PackedGemmWorkspace::thread_buffers.
+struct ThreadBuffers {
+  char* rows = nullptr;      // [row_capacity, a_stride] of the kernel's input dtype
+  float* acc = nullptr;      // [row_capacity, 32]: the sums of one pair for every row
+  float* convert = nullptr;  // [k]: one input row in f32 on its way to bf16
+};
+
+struct BufferShape {
+  int64_t row_capacity = 0;
+  int64_t a_stride = 0;
+  int64_t row_bytes = 0;
+  int64_t floats = 0;  // per thread, a multiple of a cache line
+};
+
+// Rows are padded to this: the largest row multiple of any kernel (two AMX tiles).
+constexpr int64_t kRowPadding = 32;
+
+BufferShape buffer_shape(int64_t max_chunk_rows, const PackedLayout& layout, DType a_dtype) {
+  BufferShape s;
+  s.row_capacity = round_up(max_chunk_rows, kRowPadding);
+  // One spare cache line per row: rows a power of two apart would share L1 sets.
+  const int64_t elem = static_cast<int64_t>(dtype_size(a_dtype));
+  s.a_stride = layout.k_padded + kCacheLine / elem;
+  s.row_bytes = s.a_stride * elem;
+  const int64_t row_floats = round_up(s.row_capacity * s.row_bytes / 4, kFloatsPerCacheLine);
+  s.floats = row_floats + s.row_capacity * kPairWidth + round_up(layout.k, kFloatsPerCacheLine);
+  return s;
+}
+
+ThreadBuffers carve(float* base, const BufferShape& s) {
+  ThreadBuffers b;
+  b.rows = reinterpret_cast<char*>(base);
+  b.acc = base + round_up(s.row_capacity * s.row_bytes / 4, kFloatsPerCacheLine);
+  b.convert = b.acc + s.row_capacity * kPairWidth;
+  return b;
+}
+
+// The k block: kPairBlockBytes of a pair, a multiple of bf16's k multiple (AMX tile depth).
+int64_t k_block(const PackedLayout& layout) {
+  const int64_t bytes_per_k = kPairWidth * static_cast<int64_t>(dtype_size(layout.dtype));
+  return std::max<int64_t>(kPairBlockBytes / bytes_per_k / kBf16KMultiple, 1) * kBf16KMultiple;
+}
+
+const char* input_row(const PackedGemmArgs& args, int32_t id) {
+  const int64_t row = id / args.a_row_divisor;
+  return static_cast<const char*>(args.a) +
+         row * args.layout.k * static_cast<int64_t>(dtype_size(args.a_dtype));
+}
+
+// The chunk's rows, converted to the kernel's input dtype, zero past k and past the last row up
+// to the kernel's row multiple.
+void gather_rows(const PackedGemmArgs& args, const ExpertRows& chunk, DType kernel_dtype,
+                 int64_t row_multiple, const BufferShape& s, const ThreadBuffers& b) {
+  const int64_t k = args.layout.k;
+  for (int64_t r = 0; r < chunk.num_rows; ++r) {
+    const int32_t id = chunk.ids[r];
+    const char* src = input_row(args, id);
+    char* dst = b.rows + r * s.row_bytes;
+    const float scale = args.a_scale ? args.a_scale[id] : 1.0f;
+    if (kernel_dtype == args.a_dtype && !args.a_scale) {
+      std::memcpy(dst, src, static_cast<size_t>(k) * dtype_size(kernel_dtype));
+    } else if (kernel_dtype == DType::kF32) {
+      float* row = reinterpret_cast<float*>(dst);
+      convert_to_f32(src, args.a_dtype, row, static_cast<size_t>(k));
+      if (args.a_scale) {
+        for (int64_t i = 0; i < k; ++i) row[i] *= scale;
+      }
+    } else {
+      convert_to_f32(src, args.a_dtype, b.convert, static_cast<size_t>(k));
+      if (args.a_scale) {
+        for (int64_t i = 0; i < k; ++i) b.convert[i] *= scale;
+      }
+      convert_from_f32(b.convert, kernel_dtype, dst, static_cast<size_t>(k));
+    }
+    const int64_t used = k * static_cast<int64_t>(dtype_size(kernel_dtype));
+    std::memset(dst + used, 0, static_cast<size_t>(s.row_bytes - used));
+  }
+  const int64_t padded = round_up(chunk.num_rows, row_multiple);
+  std::memset(b.rows + chunk.num_rows * s.row_bytes, 0,
+              static_cast<size_t>((padded - chunk.num_rows) * s.row_bytes));
+}
+
+// acc [chunk rows, 32] -> the outputs of the chunk's rows for pair `pair`.
+void gated_epilogue(const PackedGemmArgs& args, const ExpertRows& chunk, int64_t pair,
+                    const float* acc) {
+  const int64_t n = args.layout.n, intermediate = n / 2;
+  const int64_t i0 = pair * kPanelWidth;
+  const int64_t width = std::min(kPanelWidth, intermediate - i0);
+  const float* bias = args.bias ? args.bias + chunk.expert * n : nullptr;
+  float gate[kPanelWidth], up[kPanelWidth], activated[kPanelWidth];
+  const int64_t out_bytes = static_cast<int64_t>(dtype_size(args.out_dtype));
+  for (int64_t r = 0; r < chunk.num_rows; ++r) {
+    const float* values = acc + r * kPairWidth;
+    for (int64_t c = 0; c < width; ++c) {
+      gate[c] = values[c] + (bias ? bias[i0 + c] : 0.0f);
+      up[c] = values[kPanelWidth + c] + (bias ? bias[intermediate + i0 + c] : 0.0f);
+    }
+    const int32_t id = chunk.ids[r];
+    gated_activation(args.activation, gate, up, width, activated);
+    convert_from_f32(activated, args.out_dtype,
+                     static_cast<char*>(args.out) + (id * intermediate + i0) * out_bytes,
+                     static_cast<size_t>(width));
+  }
+}
+
+void plain_epilogue(const PackedGemmArgs& args, const ExpertRows& chunk, int64_t pair,
+                    const float* acc) {
+  const int64_t n = args.layout.n;
+  const int64_t n0 = pair * kPairWidth;
+  const int64_t width = std::min(kPairWidth, n - n0);
+  const float* bias = args.bias ? args.bias + chunk.expert * n + n0 : nullptr;
+  for (int64_t r = 0; r < chunk.num_rows; ++r) {
+    const int32_t id = chunk.ids[r];
+    const float scale = args.out_scale ? args.out_scale[id] : 1.0f;
+    const float* values = acc + r * kPairWidth;
+    float* out = static_cast<float*>(args.out) + id * n + n0;
+    for (int64_t c = 0; c < width; ++c) out[c] = (values[c] + (bias ? bias[c] : 0.0f)) * scale;
+  }
+}
+
+// Asks for [begin, begin + bytes) to be brought into L2 while the current block is computed.
+void prefetch_to_l2(const uint8_t* begin, int64_t bytes) {
+  for (int64_t offset = 0; offset < bytes; offset += kCacheLine) {
+    __builtin_prefetch(begin + offset, 0, 2);
+  }
+}
+
+// Streams the item's pairs from memory once: each k block of a pair is multiplied with every row
+// block of the chunk while it sits in L1, the sums wait in acc, and the epilogue runs once the
+// pair's last k block is done. The next k block is prefetched meanwhile: the row blocks of the
+// chunk give memory the time to deliver it.
+void run_item(const PackedGemmArgs& args, const ExpertKernels& kernels, const ExpertRows& chunk,
+              const WorkItem& item, const BufferShape& s, const ThreadBuffers& b) {
+  const PackedLayout& layout = args.layout;
+  const TileKernel& kernel = kernels.tile;
+  const uint8_t* expert = args.experts[chunk.expert];
+  const int64_t k_step = k_block(layout);
+  const int64_t panel_bytes_per_k = kPanelWidth * static_cast<int64_t>(dtype_size(layout.dtype));
+  for (int64_t pair = item.pair_begin; pair < item.pair_end; ++pair) {
+    TileArgs t;
+    t.a_stride = s.a_stride;
+    t.pair = expert + pair * layout.pair_bytes();
+    t.panel_bytes = layout.panel_bytes();
+    const uint8_t* panel0 = static_cast<const uint8_t*>(t.pair);
+    for (int64_t k0 = 0; k0 < layout.k_padded; k0 += k_step) {
+      t.k_begin = k0;
+      t.k_end = std::min(k0 + k_step, layout.k_padded);
+      t.accumulate = k0 > 0;
+      // The next k block of both panels, or the start of the next pair.
+      const int64_t next = t.k_end * panel_bytes_per_k;
+      if (t.k_end < layout.k_padded) {
+        prefetch_to_l2(panel0 + next, k_step * panel_bytes_per_k);
+        prefetch_to_l2(panel0 + t.panel_bytes + next, k_step * panel_bytes_per_k);
+      } else if (pair + 1 < item.pair_end) {
+        prefetch_to_l2(panel0 + layout.pair_bytes(), 2 * k_step * panel_bytes_per_k);
+      }
+      for (int64_t r0 = 0; r0 < chunk.num_rows; r0 += t.rows) {
+        t.rows = std::min(kernel.max_rows, chunk.num_rows - r0);
+        t.a = b.rows + r0 * s.row_bytes;
+        t.acc = b.acc + r0 * kPairWidth;
+        kernel.run(t);
+      }
+    }
+    if (layout.gated) {
+      gated_epilogue(args, chunk, pair, b.acc);
+    } else {
+      plain_epilogue(args, chunk, pair, b.acc);
+    }
+  }
+}
+
+}  // namespace
+
+void packed_gemm(const PackedGemmArgs& args, const ExpertRows* groups, int64_t num_groups,
+                 const ExpertKernels& kernels, int64_t rows_per_pass, PackedGemmWorkspace& ws,
+                 int num_threads) {
+  const PackedLayout& layout = args.layout;
+  WorkCosts costs;
+  costs.num_pairs = layout.num_pairs;
+  costs.pair_bytes = static_cast<double>(layout.pair_bytes());
+  costs.pair_flops_per_row = 2.0 * kPairWidth * static_cast<double>(layout.k);
+  costs.flops_per_byte = kernels.flops_per_byte;
+  costs.rows_per_pass = rows_per_pass;
+  costs.row_multiple = kernels.tile.max_rows;
+  split_work(groups, num_groups, costs, num_threads, ws.chunks, ws.items);
+  if (ws.items.empty()) return;
+
+  // Buffers for the largest chunk this many rows could make, however they are routed: batches no
+  // larger than one seen before allocate nothing.
+  int64_t total_rows = 0;
+  for (int64_t g = 0; g < num_groups; ++g) total_rows += groups[g].num_rows;
+  const int64_t max_rows = std::min(total_rows, round_up(rows_per_pass, costs.row_multiple));
+  const DType kernel_dtype = kernels.tile.a_dtype;
+  const int64_t row_multiple = kernels.tile.row_multiple;
+  const BufferShape shape = buffer_shape(max_rows, layout, kernel_dtype);
+  const int64_t needed = num_threads * shape.floats + kFloatsPerCacheLine;
+  if (static_cast<int64_t>(ws.thread_buffers.size()) < needed) {
+    ws.thread_buffers.resize(static_cast<size_t>(needed));
+  }
+  // Each thread's slice starts on a cache line.
+  const auto address = reinterpret_cast<uintptr_t>(ws.thread_buffers.data());
+  float* base = ws.thread_buffers.data() +
+                (round_up(static_cast<int64_t>(address), 64) - static_cast<int64_t>(address)) / 4;
+
+  const int64_t num_items = static_cast<int64_t>(ws.items.size());
+#pragma omp parallel num_threads(num_threads)
+  {
+    const ThreadBuffers mine = carve(base + omp_get_thread_num() * shape.floats, shape);
+    if (kernels.tile.thread_begin) kernels.tile.thread_begin();
+    int32_t gathered_chunk = -1;
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t i = 0; i < num_items; ++i) {
+      const WorkItem& item = ws.items[i];
+      const ExpertRows& chunk = ws.chunks[item.chunk];
+      if (item.chunk != gathered_chunk) {
+        gather_rows(args, chunk, kernel_dtype, row_multiple, shape, mine);
+        gathered_chunk = item.chunk;
+      }
+      run_item(args, kernels, chunk, item, shape, mine);
+    }
+    if (kernels.tile.thread_end) kernels.tile.thread_end();
+  }
+}
+
+}  // namespace moe::cpu

@@ -1,0 +1,57 @@
+// The experts GEMMs on packed weights: gemm1 with the activation in its epilogue (cache1 is never
+// written), gemm2 with the bias and the router weight in its epilogue.
+//
+// For every group of rows (one expert's pair or token ids) and every panel pair of that expert's
+// packed matrix (packed_weights.h):
+//   acc[r, :] = A[ids[r] / a_row_divisor, :] * a_scale[ids[r]] · pair^T        (tile_kernel.h)
+//   gated:  out[ids[r], 16j + c] = act(acc[r, c] + bias_gate, acc[r, 16 + c] + bias_up)
+//   plain:  out[ids[r], 32j + c] = (acc[r, c] + bias) * out_scale[ids[r]]
+// The input rows are gathered and converted (f32, or bf16 for the bf16 kernels) into a per-thread
+// buffer once per chunk of rows, straight from where they live (hidden[p / k], cache2[p]). Each
+// work item (work_split.h) streams its weight pairs from memory once for all rows of its chunk:
+// each 16 KiB k block of a pair stays in L1 while the kernel walks the chunk's row blocks, and the
+// next block is prefetched meanwhile. Each output element is computed in a fixed order, so results
+// do not depend on the thread count.
+// Tested by tests/experts (every path against the reference backend).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "kernels/cpu/gated_activation.h"
+#include "kernels/cpu/packed_weights.h"
+#include "kernels/cpu/tile_kernel.h"
+#include "kernels/cpu/work_split.h"
+
+namespace moe::cpu {
+
+struct PackedGemmArgs {
+  const void* a = nullptr;  // [*, layout.k] of a_dtype
+  DType a_dtype = DType::kF32;
+  int64_t a_row_divisor = 1;       // row id i reads row i / a_row_divisor
+  const float* a_scale = nullptr;  // [ids] or null
+  PackedLayout layout;
+  const uint8_t* const* experts = nullptr;  // [num experts]: each expert's packed matrix
+  const float* bias = nullptr;              // [num experts, layout.n] or null
+  ActivationParams activation;              // gated layouts
+  const float* out_scale = nullptr;         // plain layouts: [ids] or null
+  // [ids, layout.n / 2 (gated) or layout.n]. Gated outputs are the next GEMM's inputs and may be
+  // stored in that GEMM's input dtype (bf16 for the bf16 kernels): rounded once, here, rather
+  // than by every thread that gathers them. Plain outputs are f32.
+  void* out = nullptr;
+  DType out_dtype = DType::kF32;
+};
+
+// Buffers that only grow: a steady stream of batches allocates nothing.
+struct PackedGemmWorkspace {
+  std::vector<ExpertRows> chunks;
+  std::vector<WorkItem> items;
+  std::vector<float> thread_buffers;  // per thread: input rows, accumulators, a row of f32
+};
+
+// rows_per_pass: most rows of one expert per pass over its weights (the block_m option).
+void packed_gemm(const PackedGemmArgs& args, const ExpertRows* groups, int64_t num_groups,
+                 const ExpertKernels& kernels, int64_t rows_per_pass,
+                 PackedGemmWorkspace& workspace, int num_threads);
+
+}  // namespace moe::cpu

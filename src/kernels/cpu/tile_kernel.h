@@ -1,0 +1,83 @@
+// The innermost CPU experts kernel, one per instruction set: a block of input rows times one
+// packed panel pair (packed_weights.h), over one range of k, into 32 f32 outputs per row.
+//
+//   acc[r, c] (+)= sum over k in [k_begin, k_end) of a[r, k] * w[column c of the pair, k]
+//
+// The driver (packed_gemm.cc) gathers and converts the input rows, walks experts, pairs, k blocks
+// (a block of weights stays in L1 while every row block passes over it, the sums carried in acc
+// from one k block to the next) and row blocks, and applies the epilogue; a TileKernel only
+// multiplies. The f32 kernels (plain, avx2,
+// avx512) add the products of each output in ascending k, one fused multiply-add at a time, so
+// their results do not depend on how rows are blocked or split across threads. The bf16 kernels
+// (avx512bf16, amx) take bf16 inputs and follow the hardware's pairwise order.
+//
+// Variants: plain_tile_kernels.cc, avx2_tile_kernels.cc, avx512_tile_kernels.cc,
+// avx512bf16_tile_kernels.cc, amx_bf16_tile_kernels.cc. Tested one by one in
+// tests/kernels/tile_kernels_test.cc and end to end in tests/experts.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cpu/packed_weights.h"
+#include "moe/cpu_isa.h"
+#include "moe/dtype.h"
+
+namespace moe::cpu {
+
+struct TileArgs {
+  const void* a = nullptr;     // [rows (padded, see TileKernel::row_multiple), a_stride]
+  int64_t a_stride = 0;        // elements between rows; >= PackedLayout::k_padded
+  int64_t rows = 0;            // 1..TileKernel::max_rows
+  const void* pair = nullptr;  // the two panels, panel_bytes apart
+  int64_t panel_bytes = 0;
+  // The range of k: bf16 panels take multiples of kBf16KMultiple up to k_padded (the inputs are
+  // zero from the real k on); the other dtypes any range within k.
+  int64_t k_begin = 0;
+  int64_t k_end = 0;
+  bool accumulate = false;  // add to acc (the sums of earlier k ranges) rather than overwrite it
+  float* acc = nullptr;     // [rows rounded up to TileKernel::row_multiple, 32]
+};
+
+struct TileKernel {
+  DType a_dtype = DType::kF32;  // f32 rows, or bf16 rows for the bf16 kernels
+  int64_t max_rows = 1;
+  // The kernel reads rows up to the next multiple of this; the driver zero-fills them.
+  int64_t row_multiple = 1;
+  void (*run)(const TileArgs& args) = nullptr;
+  // Called once per thread around a run of calls (AMX loads and releases its tile configuration).
+  void (*thread_begin)() = nullptr;
+  void (*thread_end)() = nullptr;
+};
+
+// What one path runs for one weight dtype. A block of rows always goes through the same kernel
+// whatever its size, and each row's result depends only on that row: an output does not change
+// with the batch it is part of (nor with the replicas its expert is split over).
+struct ExpertKernels {
+  TileKernel tile;
+  // Multiply-adds this path can do in the time it streams one byte of weights from memory (order
+  // of magnitude): how the work split weighs a row of compute against a panel of bytes.
+  double flops_per_byte = 10;
+};
+
+// The kernels of a supported, resolved path (never kAuto) for f32, f16 or bf16 weights.
+ExpertKernels expert_kernels(CpuIsa isa, DType weight_dtype);
+
+// Per-path kernel sets, for expert_kernels and the tests of each variant.
+ExpertKernels plain_expert_kernels(DType weight_dtype);
+ExpertKernels avx2_expert_kernels(DType weight_dtype);
+ExpertKernels avx512_expert_kernels(DType weight_dtype);
+ExpertKernels avx512bf16_expert_kernels();  // bf16 weights
+ExpertKernels amx_expert_kernels();         // bf16 weights
+
+// The path's peak: runs its fused multiply-add (or dot-product, or tile) instruction with
+// independent accumulators and no memory traffic for about `iterations` inner steps on the calling
+// thread; returns the floating-point operations done (2 per multiply-add).
+using PeakLoop = double (*)(int64_t iterations);
+PeakLoop peak_loop(CpuIsa isa, DType weight_dtype);
+double plain_peak_loop(int64_t iterations);
+double avx2_peak_loop(int64_t iterations);
+double avx512_peak_loop(int64_t iterations);
+double avx512bf16_peak_loop(int64_t iterations);
+double amx_peak_loop(int64_t iterations);
+
+}  // namespace moe::cpu

@@ -1,0 +1,203 @@
+#include "tools/moe/experts_sweep.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <numeric>
+#include <random>
+
+#include "kernels/cpu/tile_kernel.h"
+#include "moe/error.h"
+
+namespace moe::cli {
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// Sums a slice with four independent 16-byte accumulators: enough loads in flight to stream.
+uint64_t sum_slice(const uint64_t* data, int64_t count) {
+  typedef uint64_t Pair __attribute__((vector_size(16)));
+  Pair acc[4] = {};
+  int64_t i = 0;
+  for (; i + 8 <= count; i += 8) {
+    for (int a = 0; a < 4; ++a) {
+      Pair v;
+      std::memcpy(&v, data + i + 2 * a, sizeof v);
+      acc[a] += v;
+    }
+  }
+  uint64_t sum = 0;
+  for (const Pair& a : acc) sum += a[0] + a[1];
+  for (; i < count; ++i) sum += data[i];
+  return sum;
+}
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  return values[values.size() / 2];
+}
+
+}  // namespace
+
+double measure_read_bandwidth(int threads, int64_t bytes, int passes) {
+  const int64_t count = bytes / static_cast<int64_t>(sizeof(uint64_t));
+  std::vector<uint64_t> buffer(static_cast<size_t>(count));
+  // Each thread first-touches its own slice, as the layer's threads touch their weights.
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (int64_t i = 0; i < count; ++i) buffer[i] = static_cast<uint64_t>(i);
+  double best = 0;
+  volatile uint64_t sink = 0;
+  for (int pass = 0; pass < passes; ++pass) {
+    uint64_t total = 0;
+    const auto start = std::chrono::steady_clock::now();
+#pragma omp parallel num_threads(threads) reduction(+ : total)
+    {
+      const int64_t n = omp_get_num_threads(), t = omp_get_thread_num();
+      const int64_t begin = count * t / n, end = count * (t + 1) / n;
+      total += sum_slice(buffer.data() + begin, end - begin);
+    }
+    const double seconds = seconds_since(start);
+    sink = sink + total;
+    best = std::max(best, static_cast<double>(count * sizeof(uint64_t)) / seconds * 1e-9);
+  }
+  return best;
+}
+
+double measure_peak_flops(CpuIsa isa, DType weight_dtype, int threads) {
+  const cpu::PeakLoop loop = cpu::peak_loop(resolve_cpu_isa(isa), weight_dtype);
+  // About 50 ms per run at the path's speed; the first run also calibrates.
+  int64_t iterations = 1 << 16;
+  double best = 0;
+  for (int run = 0; run < 4; ++run) {
+    double flops = 0;
+    const auto start = std::chrono::steady_clock::now();
+#pragma omp parallel num_threads(threads) reduction(+ : flops)
+    flops += loop(iterations);
+    const double seconds = seconds_since(start);
+    if (run > 0) best = std::max(best, flops / seconds);
+    iterations = std::max<int64_t>(1, static_cast<int64_t>(iterations * 0.05 / seconds));
+  }
+  return best;
+}
+
+Routing uniform_routing(int64_t tokens, int64_t num_experts, int64_t top_k, uint64_t seed) {
+  Routing r;
+  r.ids = Tensor(DType::kI32, {tokens, top_k});
+  r.weights = Tensor(DType::kF32, {tokens, top_k});
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> uniform(0.05f, 1.0f);
+  std::vector<int32_t> experts(static_cast<size_t>(num_experts));
+  std::vector<int64_t> rows(static_cast<size_t>(num_experts), 0);
+  for (int64_t t = 0; t < tokens; ++t) {
+    // The first k of a partial Fisher-Yates shuffle: k distinct experts, uniformly.
+    std::iota(experts.begin(), experts.end(), 0);
+    float total = 0;
+    for (int64_t j = 0; j < top_k; ++j) {
+      std::uniform_int_distribution<int64_t> pick(j, num_experts - 1);
+      std::swap(experts[j], experts[pick(rng)]);
+      r.ids.data<int32_t>()[t * top_k + j] = experts[j];
+      ++rows[experts[j]];
+      total += r.weights.data<float>()[t * top_k + j] = uniform(rng);
+    }
+    for (int64_t j = 0; j < top_k; ++j) r.weights.data<float>()[t * top_k + j] /= total;
+  }
+  r.rows_min = INT64_MAX;
+  for (int64_t count : rows) {
+    if (count == 0) continue;
+    ++r.experts_touched;
+    r.rows_min = std::min(r.rows_min, count);
+    r.rows_max = std::max(r.rows_max, count);
+  }
+  if (r.experts_touched == 0) r.rows_min = 0;
+  r.rows_mean = r.experts_touched ? static_cast<double>(tokens * top_k) / r.experts_touched : 0;
+  return r;
+}
+
+ExpertsWork experts_work(const MoeConfig& config, DType weight_dtype, int64_t tokens,
+                         int64_t experts_touched) {
+  const double H = static_cast<double>(config.experts.hidden_size);
+  const double I = static_cast<double>(config.experts.intermediate_size);
+  const double Is = static_cast<double>(config.experts.shared_intermediate_size);
+  const double k = static_cast<double>(config.routing.top_k);
+  const double bytes_per_weight = static_cast<double>(dtype_size(weight_dtype));
+  ExpertsWork w;
+  w.bytes = bytes_per_weight * 3 * H *
+            (I * static_cast<double>(experts_touched) + (tokens > 0 ? Is : 0.0));
+  w.flops = 2.0 * static_cast<double>(tokens) * 3 * H * (k * I + Is);
+  return w;
+}
+
+SweepPoint measure_point(std::vector<MoeLayer>& copies, const SweepSettings& s) {
+  if (copies.empty()) fail("moe bench: no layer to time");
+  if (s.repeats < 1) fail("--repeats: expected >= 1; got {}", s.repeats);
+  const MoeConfig& config = copies.front().config();
+  const int64_t H = config.experts.hidden_size, E = config.routing.num_experts;
+  const int64_t k = config.routing.top_k;
+  const DType weight_dtype = copies.front().weight_dtype();
+
+  std::vector<float> values(static_cast<size_t>(s.tokens * H));
+  std::mt19937_64 rng(s.seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (float& v : values) v = normal(rng);
+  Tensor hidden(s.hidden_dtype, {s.tokens, H});
+  convert_from_f32(values.data(), s.hidden_dtype, hidden.data<void>(), values.size());
+  Tensor out(s.hidden_dtype, {s.tokens, H});
+
+  struct Call {
+    double ms, floor_ms;
+    Routing routing;
+    ExpertsWork work;
+  };
+  std::vector<Call> calls;
+  const auto budget_start = std::chrono::steady_clock::now();
+  for (int r = 0; r < s.repeats; ++r) {
+    if (r > 0 && seconds_since(budget_start) > s.budget_s) break;
+    MoeLayer& layer = copies[static_cast<size_t>(r) % copies.size()];
+    if (static_cast<size_t>(r) < copies.size()) {
+      // A copy's first call at this size sizes its workspace and is not timed.
+      const Routing warm = uniform_routing(s.tokens, E, k, s.seed + 1000 + r);
+      layer.forward_experts(hidden, warm.ids, warm.weights, out);
+    }
+    // The routing changes on every call.
+    Routing routing = uniform_routing(s.tokens, E, k, s.seed + 1 + r);
+    const auto start = std::chrono::steady_clock::now();
+    layer.forward_experts(hidden, routing.ids, routing.weights, out);
+    const double ms = seconds_since(start) * 1e3;
+    const ExpertsWork work = experts_work(config, weight_dtype, s.tokens, routing.experts_touched);
+    const double floor_ms =
+        std::max(work.bytes / (s.bandwidth_gb_s * 1e9), work.flops / s.peak_flops) * 1e3;
+    calls.push_back({ms, floor_ms, std::move(routing), work});
+  }
+  std::vector<double> times, floors;
+  for (const Call& c : calls) {
+    times.push_back(c.ms);
+    floors.push_back(c.floor_ms);
+  }
+  // The call whose time is the median gives the work figures.
+  std::vector<size_t> order(calls.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(),
+            [&](size_t a, size_t b) { return calls[a].ms < calls[b].ms; });
+  const Call& middle = calls[order[order.size() / 2]];
+  SweepPoint p;
+  p.tokens = s.tokens;
+  p.repeats = static_cast<int>(calls.size());
+  p.ms = median(times);
+  p.floor_ms = median(floors);
+  p.bytes = middle.work.bytes;
+  p.flops = middle.work.flops;
+  p.bandwidth_bound =
+      middle.work.bytes / (s.bandwidth_gb_s * 1e9) >= middle.work.flops / s.peak_flops;
+  p.experts_touched = middle.routing.experts_touched;
+  p.rows_min = middle.routing.rows_min;
+  p.rows_max = middle.routing.rows_max;
+  p.rows_mean = middle.routing.rows_mean;
+  return p;
+}
+
+}  // namespace moe::cli
