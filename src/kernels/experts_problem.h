@@ -18,6 +18,9 @@ struct ExpertsProblem {
   int64_t num_local_experts = 0;  // experts held in w13 / w2
 
   const void* hidden = nullptr;  // [M, H] of hidden_dtype
+  // [M * k]: the row of `hidden` pair p reads, when rows are shared differently than p / k (the
+  // rows a rank received under expert parallelism, each sent once for all its pairs there).
+  const int32_t* hidden_rows = nullptr;
   DType hidden_dtype = DType::kF32;
   const void* w13 = nullptr;  // [E_local, 2I, H] of weight_dtype
   const void* w2 = nullptr;   // [E_local, H, I] of weight_dtype

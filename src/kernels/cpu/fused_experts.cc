@@ -79,6 +79,15 @@ GroupedGemmArgs gemm_args(const Alignment& alignment, int64_t num_pairs) {
   return args;
 }
 
+// Per-thread panels of the grouped GEMM, wide enough for every GEMM of the problem.
+float* grown_gemm_scratch(const ExpertsProblem& pb, int64_t block_m, ExpertsWorkspace& ws,
+                          int num_threads) {
+  const int64_t widest_k =
+      std::max(pb.hidden_size, std::max(pb.intermediate_size, pb.shared_intermediate_size));
+  return grown(ws.gemm_scratch,
+               num_threads * grouped_gemm_scratch_floats(std::max(block_m, int64_t{1}), widest_k));
+}
+
 // The shared MLP as a grouped GEMM with one expert whose "pairs" are the tokens themselves.
 void run_shared_experts(const ExpertsProblem& pb, int64_t block_m, ExpertsWorkspace& ws,
                         const ActivationParams& act, float* scratch, int num_threads) {
@@ -133,10 +142,10 @@ void run_shared_experts(const ExpertsProblem& pb, int64_t block_m, ExpertsWorksp
 
 }  // namespace
 
-void fused_experts(const ExpertsProblem& pb, int64_t block_m, ExpertsWorkspace& ws, int num_threads,
-                   StageTimes* times) {
+const float* routed_pair_outputs(const ExpertsProblem& pb, int64_t block_m, ExpertsWorkspace& ws,
+                                 int num_threads, StageTimes* times) {
   num_threads = resolve_num_threads(num_threads);
-  const int64_t M = pb.num_tokens, H = pb.hidden_size, I = pb.intermediate_size;
+  const int64_t H = pb.hidden_size, I = pb.intermediate_size;
   const int64_t num_pairs = pb.num_pairs();
   const ActivationParams act{pb.activation, pb.swiglu_alpha, pb.swiglu_limit};
   StageClock clock(times);
@@ -144,15 +153,14 @@ void fused_experts(const ExpertsProblem& pb, int64_t block_m, ExpertsWorkspace& 
   const Alignment alignment = align_pairs(pb, block_m, ws);
   clock.lap(&StageTimes::align_us);
 
-  const int64_t widest_k = std::max(H, std::max(I, pb.shared_intermediate_size));
-  float* scratch = grown(
-      ws.gemm_scratch, num_threads * grouped_gemm_scratch_floats(std::max(block_m, 1L), widest_k));
+  float* scratch = grown_gemm_scratch(pb, block_m, ws, num_threads);
   float* cache13 = grown(ws.cache13, num_pairs * std::max(2 * I, H));
 
   GroupedGemmArgs gemm1 = gemm_args(alignment, num_pairs);
   gemm1.a = pb.hidden;
   gemm1.a_dtype = pb.hidden_dtype;
   gemm1.a_row_divisor = pb.top_k;
+  gemm1.a_rows = pb.hidden_rows;
   gemm1.a_scale = pb.weight_on_input ? pb.topk_weights : nullptr;
   gemm1.w = pb.w13;
   gemm1.w_dtype = pb.weight_dtype;
@@ -179,15 +187,29 @@ void fused_experts(const ExpertsProblem& pb, int64_t block_m, ExpertsWorkspace& 
   gemm2.c = cache13;  // cache3: cache1 was fully consumed by act
   grouped_gemm(gemm2, scratch, num_threads);
   clock.lap(&StageTimes::gemm2_us);
+  return cache13;
+}
 
-  const float* shared = nullptr;
-  if (pb.shared_intermediate_size > 0) {
-    run_shared_experts(pb, block_m, ws, act, scratch, num_threads);
-    shared = ws.shared_out.data();
-    clock.lap(&StageTimes::shared_us);
-  }
+const float* shared_expert_outputs(const ExpertsProblem& pb, int64_t block_m, ExpertsWorkspace& ws,
+                                   int num_threads, StageTimes* times) {
+  if (pb.shared_intermediate_size == 0) return nullptr;
+  num_threads = resolve_num_threads(num_threads);
+  StageClock clock(times);
+  const ActivationParams act{pb.activation, pb.swiglu_alpha, pb.swiglu_limit};
+  run_shared_experts(pb, block_m, ws, act, grown_gemm_scratch(pb, block_m, ws, num_threads),
+                     num_threads);
+  clock.lap(&StageTimes::shared_us);
+  return ws.shared_out.data();
+}
 
-  moe_sum(cache13, shared, M, pb.top_k, H, pb.out, pb.hidden_dtype, num_threads);
+void fused_experts(const ExpertsProblem& pb, int64_t block_m, ExpertsWorkspace& ws, int num_threads,
+                   StageTimes* times) {
+  num_threads = resolve_num_threads(num_threads);
+  const float* cache3 = routed_pair_outputs(pb, block_m, ws, num_threads, times);
+  const float* shared = shared_expert_outputs(pb, block_m, ws, num_threads, times);
+  StageClock clock(times);
+  moe_sum(cache3, nullptr, shared, pb.num_tokens, pb.top_k, pb.hidden_size, pb.out, pb.hidden_dtype,
+          num_threads);
   clock.lap(&StageTimes::sum_us);
 }
 
