@@ -1,0 +1,154 @@
+#include "parallel/dispatcher.h"
+
+#include <cstring>
+
+#include "moe/error.h"
+#include "parallel/high_throughput_dispatcher.h"
+#include "parallel/low_latency_dispatcher.h"
+
+namespace moe::parallel {
+
+namespace {
+
+template <typename T>
+T* grown(std::vector<T>& buffer, int64_t size) {
+  if (static_cast<int64_t>(buffer.size()) < size) buffer.resize(static_cast<size_t>(size));
+  return buffer.data();
+}
+
+std::vector<int> hosts_of(const Communicator& comm) {
+  std::vector<int> hosts(static_cast<size_t>(comm.size()));
+  for (int r = 0; r < comm.size(); ++r) hosts[static_cast<size_t>(r)] = comm.host_of(r);
+  return hosts;
+}
+
+}  // namespace
+
+Dispatcher::Dispatcher(Communicator& comm, const ExpertMap& map, int64_t hidden_size, int64_t top_k,
+                       int num_threads)
+    : comm_(comm),
+      map_(map),
+      hidden_size_(hidden_size),
+      top_k_(top_k),
+      num_threads_(num_threads),
+      chooser_(map, comm.rank(), hosts_of(comm)) {
+  const size_t n = static_cast<size_t>(comm.size());
+  sources_.resize(n);
+  combine_send_counts_.resize(n);
+  combine_send_displs_.resize(n);
+  combine_recv_counts_.resize(n);
+  combine_recv_displs_.resize(n);
+}
+
+void Dispatcher::count_dispatch(EpStepStats& stats, int peer, int64_t sent,
+                                int64_t received) const {
+  stats.dispatch_bytes_sent[static_cast<size_t>(peer)] += sent;
+  stats.dispatch_bytes_received[static_cast<size_t>(peer)] += received;
+}
+
+void Dispatcher::start_dispatch(const DispatchInput& in, EpStepStats& stats) {
+  dtype_ = in.dtype;
+  plan_dispatch(map_, chooser_, comm_.rank(), in.topk_ids, in.topk_weights, in.first_token,
+                in.num_tokens, top_k_, plan_);
+  const int64_t num_rows = plan_.row_offsets.back(), bytes = row_bytes();
+  char* packed = grown(send_rows_, num_rows * bytes);
+  const char* hidden = static_cast<const char*>(in.hidden);
+#pragma omp parallel for num_threads(num_threads_) schedule(static)
+  for (int64_t row = 0; row < num_rows; ++row) {
+    std::memcpy(packed + row * bytes, hidden + plan_.row_tokens[static_cast<size_t>(row)] * bytes,
+                static_cast<size_t>(bytes));
+  }
+  stats.rows_sent += num_rows;
+  stats.row_bytes_sent += num_rows * bytes;
+  for (int d = 0; d < comm_.size(); ++d) {
+    const int64_t payload = plan_.rows_to(d) * bytes;
+    if (d == comm_.rank()) {
+      stats.row_payload_sent.self += payload;
+    } else if (comm_.same_host(d, comm_.rank())) {
+      stats.row_payload_sent.same_host += payload;
+    } else {
+      stats.row_payload_sent.cross_host += payload;
+    }
+  }
+  start_exchange(stats);
+}
+
+ReceivedPairs Dispatcher::finish_dispatch(EpStepStats& stats) {
+  finish_exchange(stats);
+  const int me = comm_.rank();
+  int64_t total = 0;
+  for (const Source& s : sources_) total += s.num_pairs;
+  int32_t* slots = grown(received_slots_, total);
+  int32_t* rows = grown(received_row_of_pair_, total);
+  float* weights = grown(received_weights_, total);
+  // Records come from other processes: every field that indexes memory is checked.
+  int64_t i = 0;
+  for (int s = 0; s < comm_.size(); ++s) {
+    const Source& from = sources_[static_cast<size_t>(s)];
+    for (int64_t r = 0; r < from.num_pairs; ++r, ++i) {
+      const PairRecord& record = from.records[r];
+      const bool slot_ok = record.slot >= 0 && record.slot < map_.num_slots() &&
+                           map_.rank_of_slot(record.slot) == me;
+      if (record.source_rank != s || !slot_ok || record.row < 0 || record.row >= from.num_rows ||
+          record.j < 0 || record.j >= top_k_ || record.token < 0) {
+        fail(
+            "dispatch: rank {}: record {} from rank {} is corrupt: source rank {}, slot {} (of "
+            "{}, held by rank {}), row {} (of {}), j {} (top-k {}), token {}",
+            me, r, s, record.source_rank, record.slot, map_.num_slots(), slot_ok ? me : -1,
+            record.row, from.num_rows, record.j, top_k_, record.token);
+      }
+      slots[i] = record.slot;
+      rows[i] = static_cast<int32_t>(from.first_row + record.row);
+      weights[i] = record.weight;
+      ++stats.pairs_per_local_slot[static_cast<size_t>(map_.local_index(record.slot))];
+    }
+  }
+  stats.pairs_received += total;
+  ReceivedPairs received;
+  received.num_pairs = total;
+  received.rows = received_rows_;
+  received.row_of_pair = rows;
+  received.slots = slots;
+  received.weights = weights;
+  return received;
+}
+
+void Dispatcher::start_combine(const float* results, EpStepStats& stats) {
+  const int64_t bytes = hidden_size_ * static_cast<int64_t>(sizeof(float));
+  int64_t received_pairs_before = 0;
+  for (int p = 0; p < comm_.size(); ++p) {
+    const size_t i = static_cast<size_t>(p);
+    combine_send_counts_[i] = sources_[i].num_pairs * bytes;
+    combine_send_displs_[i] = received_pairs_before * bytes;
+    received_pairs_before += sources_[i].num_pairs;
+    combine_recv_counts_[i] = plan_.pairs_to(p) * bytes;
+    combine_recv_displs_[i] = plan_.pair_offsets[i] * bytes;
+    stats.combine_bytes_sent[i] += combine_send_counts_[i];
+    stats.combine_bytes_received[i] += combine_recv_counts_[i];
+  }
+  float* received = grown(combine_received_, plan_.num_pairs * hidden_size_);
+  combine_ = comm_.start_all_to_all_v(results, {combine_send_counts_, combine_send_displs_},
+                                      received, {combine_recv_counts_, combine_recv_displs_});
+}
+
+CombinedPairs Dispatcher::finish_combine(EpStepStats& stats) {
+  combine_->wait();
+  combine_.reset();
+  return {combine_received_.data(), plan_.combine_index.data()};
+}
+
+std::unique_ptr<Dispatcher> make_dispatcher(DispatcherKind kind, Communicator& comm,
+                                            const ExpertMap& map, int64_t hidden_size,
+                                            int64_t top_k, int64_t low_latency_capacity,
+                                            int num_threads) {
+  switch (kind) {
+    case DispatcherKind::kHighThroughput:
+      return std::make_unique<HighThroughputDispatcher>(comm, map, hidden_size, top_k, num_threads);
+    case DispatcherKind::kLowLatency:
+      return std::make_unique<LowLatencyDispatcher>(comm, map, hidden_size, top_k,
+                                                    low_latency_capacity, num_threads);
+  }
+  fail("make_dispatcher: unsupported dispatcher {}", static_cast<int>(kind));
+}
+
+}  // namespace moe::parallel
