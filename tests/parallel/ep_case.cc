@@ -50,74 +50,82 @@ std::string EpCase::describe() const {
   return text;
 }
 
-EpRun run_ep_case(const EpCase& c, bool expect_errors) {
-  SCOPED_TRACE(c.describe());
-  const MoeConfig config = small_ep_config(c.family, c.num_experts);
-  LayerWeights full = synthetic_layer_weights(config, c.dtype, c.seed);
-  if (c.edit_weights) c.edit_weights(full);
-  const ExpertMap map = c.map ? *c.map : ExpertMap::contiguous(c.num_experts, c.num_ranks);
-  const int64_t H = config.experts.hidden_size;
-  const size_t value_bytes = dtype_size(c.dtype);
-
-  // Per step: the whole batch, the single-process output and each rank's first row.
-  struct Step {
-    Tensor hidden, expected;
-    std::vector<int64_t> first_row;
-  };
-  std::vector<Step> steps;
-  MoeLayer single(config, full, LayerOptions{Backend::kCpu, 1, c.options.block_m});
+EpCaseData prepare_ep_case(const EpCase& c) {
+  EpCaseData data;
+  data.config = small_ep_config(c.family, c.num_experts);
+  data.full = synthetic_layer_weights(data.config, c.dtype, c.seed);
+  if (c.edit_weights) c.edit_weights(data.full);
+  data.map = c.map ? *c.map : ExpertMap::contiguous(c.num_experts, c.num_ranks);
+  MoeLayer single(data.config, data.full, LayerOptions{Backend::kCpu, 1, c.options.block_m});
   for (size_t s = 0; s < c.steps.size(); ++s) {
-    Step step;
+    std::vector<int64_t> first;
     int64_t total = 0;
     for (int64_t tokens : c.steps[s]) {
-      step.first_row.push_back(total);
+      first.push_back(total);
       total += tokens;
     }
-    step.hidden = random_normal(c.dtype, {total, H}, c.seed * 100 + s);
-    step.expected = single.forward(step.hidden);
-    steps.push_back(std::move(step));
+    data.first_row.push_back(first);
+    data.hidden.push_back(
+        random_normal(c.dtype, {total, data.config.experts.hidden_size}, c.seed * 100 + s));
+    data.expected.push_back(single.forward(data.hidden.back()));
   }
+  return data;
+}
 
+void run_ep_rank(const EpCase& c, const EpCaseData& data, Communicator& comm,
+                 EpRankResult& result) {
+  const int r = comm.rank();
+  const int64_t H = data.config.experts.hidden_size;
+  const size_t value_bytes = dtype_size(c.dtype);
+  EpOptions options = c.options;
+  options.num_threads = 1;
+  EpMoeLayer layer(data.config, local_layer_weights(data.full, *data.map, r), *data.map, comm,
+                   options);
+  result.stats.resize(c.steps.size());
+  for (size_t s = 0; s < c.steps.size(); ++s) {
+    const int64_t M = c.steps[s][static_cast<size_t>(r)], first = data.first_row[s][r];
+    Tensor mine(c.dtype, {M, H});
+    if (M > 0) {
+      std::memcpy(mine.data<char>(), data.hidden[s].data<char>() + first * H * value_bytes,
+                  mine.nbytes());
+    }
+    const Tensor out = layer.forward(mine);
+    result.stats[s] = layer.last_stats();
+    const char* want = data.expected[s].data<char>() + first * H * value_bytes;
+    for (int64_t i = 0; i < M * H; ++i) {
+      if (std::memcmp(out.data<char>() + i * value_bytes, want + i * value_bytes, value_bytes) ==
+          0) {
+        continue;
+      }
+      if (result.mismatches++ == 0) {
+        result.first_mismatch =
+            fmt::format("step {} rank {} token {} column {}: got {}, single process {}", s, r,
+                        i / H, i % H, element(out, i), element(data.expected[s], first * H + i));
+      }
+    }
+  }
+}
+
+EpRun run_ep_case(const EpCase& c, bool expect_errors) {
+  SCOPED_TRACE(c.describe());
+  const EpCaseData data = prepare_ep_case(c);
+  std::vector<EpRankResult> results(static_cast<size_t>(c.num_ranks));
   EpRun run;
+  run.errors =
+      run_rank_threads(c.num_ranks,
+                       [&](Communicator& comm) {
+                         run_ep_rank(c, data, comm, results[static_cast<size_t>(comm.rank())]);
+                       },
+                       {.ranks_per_host = c.ranks_per_host});
   run.stats.assign(c.steps.size(), std::vector<EpStepStats>(static_cast<size_t>(c.num_ranks)));
-  std::vector<int64_t> mismatches(static_cast<size_t>(c.num_ranks), 0);
-  std::vector<std::string> first_mismatch(static_cast<size_t>(c.num_ranks));
-  run.errors = run_rank_threads(
-      c.num_ranks,
-      [&](Communicator& comm) {
-        const int r = comm.rank();
-        EpOptions options = c.options;
-        options.num_threads = 1;
-        EpMoeLayer layer(config, local_layer_weights(full, map, r), map, comm, options);
-        for (size_t s = 0; s < steps.size(); ++s) {
-          const int64_t M = c.steps[s][static_cast<size_t>(r)], first = steps[s].first_row[r];
-          Tensor mine(c.dtype, {M, H});
-          if (M > 0) {
-            std::memcpy(mine.data<char>(), steps[s].hidden.data<char>() + first * H * value_bytes,
-                        mine.nbytes());
-          }
-          const Tensor out = layer.forward(mine);
-          run.stats[s][static_cast<size_t>(r)] = layer.last_stats();
-          const char* want = steps[s].expected.data<char>() + first * H * value_bytes;
-          for (int64_t i = 0; i < M * H; ++i) {
-            if (std::memcmp(out.data<char>() + i * value_bytes, want + i * value_bytes,
-                            value_bytes) != 0) {
-              if (mismatches[r]++ == 0) {
-                first_mismatch[r] = fmt::format(
-                    "step {} rank {} token {} column {}: got {}, single process {}", s, r, i / H,
-                    i % H, element(out, i), element(steps[s].expected, first * H + i));
-              }
-            }
-          }
-        }
-      },
-      {.ranks_per_host = c.ranks_per_host});
   for (int r = 0; r < c.num_ranks; ++r) {
-    run.mismatches += mismatches[r];
+    const EpRankResult& result = results[static_cast<size_t>(r)];
+    for (size_t s = 0; s < result.stats.size(); ++s) run.stats[s][r] = result.stats[s];
+    run.mismatches += result.mismatches;
     if (!expect_errors) {
       EXPECT_EQ(run.errors[r], "") << "rank " << r;
-      EXPECT_EQ(mismatches[r], 0) << mismatches[r]
-                                  << " elements differ; first: " << first_mismatch[r];
+      EXPECT_EQ(result.mismatches, 0)
+          << result.mismatches << " elements differ; first: " << result.first_mismatch;
     }
   }
   return run;

@@ -38,14 +38,36 @@ struct EpCase {
   std::string describe() const;
 };
 
+// What a case needs on every rank: the layer, the whole batch of each step and the single-process
+// output on it.
+struct EpCaseData {
+  MoeConfig config;
+  LayerWeights full;
+  std::optional<ExpertMap> map;
+  std::vector<Tensor> hidden, expected;         // [step]: [total tokens, H]
+  std::vector<std::vector<int64_t>> first_row;  // [step][rank]
+};
+EpCaseData prepare_ep_case(const EpCase& c);
+
+// What one rank saw.
+struct EpRankResult {
+  std::vector<EpStepStats> stats;  // [step]
+  int64_t mismatches = 0;          // elements that differ from the single-process output
+  std::string first_mismatch;
+};
+
+// Runs every step of the case on this rank (a collective over comm). Throws what the layer
+// throws.
+void run_ep_rank(const EpCase& c, const EpCaseData& data, Communicator& comm, EpRankResult& result);
+
 struct EpRun {
   std::vector<std::string> errors;              // [rank]: empty when the rank succeeded
   std::vector<std::vector<EpStepStats>> stats;  // [step][rank]
-  int64_t mismatches = 0;                       // elements that differ from the single process
+  int64_t mismatches = 0;
 };
 
-// Runs the case; adds a test failure for each rank whose output differs (naming the first
-// element), unless expect_errors (then only the errors are returned).
+// Runs the case on threads; adds a test failure for each rank whose output differs (naming the
+// first element), unless expect_errors (then only the errors are returned).
 EpRun run_ep_case(const EpCase& c, bool expect_errors = false);
 
 }  // namespace moe::testing
