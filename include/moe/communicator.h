@@ -71,7 +71,9 @@ class Communicator {
 
   // recv [size() * bytes]: rank p's `bytes` at offset p * bytes.
   void all_gather(const void* send, int64_t bytes, void* recv);
-  void barrier();
+  // Returns once every rank has entered. The default is an all-to-all of empty messages, which
+  // synchronizes where empty messages still travel (in-process, MPI); NCCL overrides it.
+  virtual void barrier();
 
   // True after an operation timed out or failed; every later operation throws.
   bool failed() const { return !failure_.empty(); }
