@@ -34,6 +34,9 @@ struct BatchSettings {
   int64_t check_tokens = 8;  // 0 = no reference check
 };
 
+// Hidden states like a post-norm residual stream: unit variance, deterministic in the seed.
+Tensor synthetic_hidden(int64_t tokens, int64_t hidden_size, DType dtype, uint64_t seed);
+
 // `reference` must hold the same config and weights as `layer`, on the reference backend.
 BatchReport measure_batch(MoeLayer& layer, MoeLayer& reference, const BatchSettings& settings);
 

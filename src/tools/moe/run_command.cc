@@ -20,6 +20,8 @@
 #include "moe/trace.h"
 #include "tools/moe/batch_report.h"
 #include "tools/moe/commands.h"
+#include "tools/moe/ep_options.h"
+#include "tools/moe/ep_run.h"
 
 namespace moe::cli {
 
@@ -41,6 +43,7 @@ struct RunOptions {
   int64_t block_m = 0;
   std::string trace_path;
   bool json = false;
+  EpSettings ep;
 };
 
 // bf16 output carries 8 significant bits: a rounding error of at most 2^-9 of each element, so
@@ -204,6 +207,27 @@ void run(const RunOptions& o) {
   if (!all_within) fail("moe run: the error against the reference exceeds the {} bound", o.dtype);
 }
 
+// The --ep mode: the same options, run as one rank of an MPI job.
+void run_expert_parallel(const RunOptions& o, bool layer_given) {
+  if (o.backend != "cpu") fail("--ep: expected the cpu backend; got --backend {}", o.backend);
+  if (!o.trace_path.empty()) fail("--ep: --trace is not supported with --ep");
+  EpRunOptions ep;
+  ep.preset = o.preset;
+  ep.config_path = o.config_path;
+  ep.checkpoint = o.checkpoint;
+  ep.layer = layer_given ? o.layer : -1;
+  ep.dtype = o.dtype;
+  ep.tokens = o.tokens;
+  ep.threads = o.threads;
+  ep.seed = o.seed;
+  ep.repeats = o.repeats;
+  ep.check_tokens = o.check_tokens;
+  ep.block_m = o.block_m;
+  ep.json = o.json;
+  ep.ep = o.ep;
+  run_ep(ep);
+}
+
 }  // namespace
 
 void add_run_command(CLI::App& app) {
@@ -229,7 +253,8 @@ void add_run_command(CLI::App& app) {
                            ->needs(checkpoint);
   cmd->add_option("--dtype", options->dtype, "Weights and hidden states: f32, bf16 or f16")
       ->capture_default_str();
-  cmd->add_option("--tokens", options->tokens, "Batch sizes to run, comma separated")
+  cmd->add_option("--tokens", options->tokens,
+                  "Batch sizes to run, comma separated (per rank with --ep)")
       ->delimiter(',')
       ->capture_default_str();
   cmd->add_option("--threads", options->threads, "Worker threads (0 = all cores)")
@@ -248,9 +273,14 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("--trace", options->trace_path,
                   "Write the routing of every batch to this trace file (one step per batch)");
   cmd->add_flag("--json", options->json, "Print one JSON object instead of the table");
+  add_ep_options(cmd, options->ep);
   cmd->callback([options, layer] {
     options->layer_given = layer->count() > 0;
-    run(*options);
+    if (options->ep.enabled) {
+      run_expert_parallel(*options, options->layer_given);
+    } else {
+      run(*options);
+    }
   });
 }
 
