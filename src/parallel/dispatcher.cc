@@ -10,12 +10,6 @@ namespace moe::parallel {
 
 namespace {
 
-template <typename T>
-T* grown(std::vector<T>& buffer, int64_t size) {
-  if (static_cast<int64_t>(buffer.size()) < size) buffer.resize(static_cast<size_t>(size));
-  return buffer.data();
-}
-
 std::vector<int> hosts_of(const Communicator& comm) {
   std::vector<int> hosts(static_cast<size_t>(comm.size()));
   for (int r = 0; r < comm.size(); ++r) hosts[static_cast<size_t>(r)] = comm.host_of(r);

@@ -22,6 +22,13 @@
 
 namespace moe::parallel {
 
+// `buffer` grown to at least `size` elements (never shrunk): buffers sized by the largest step.
+template <typename T>
+T* grown(std::vector<T>& buffer, int64_t size) {
+  if (static_cast<int64_t>(buffer.size()) < size) buffer.resize(static_cast<size_t>(size));
+  return buffer.data();
+}
+
 // The slice of this rank's batch one dispatch sends.
 struct DispatchInput {
   const void* hidden = nullptr;  // [*, H] of dtype: the whole batch, rows read by token index

@@ -6,12 +6,6 @@ namespace moe::parallel {
 
 namespace {
 
-template <typename T>
-T* grown(std::vector<T>& buffer, int64_t size) {
-  if (static_cast<int64_t>(buffer.size()) < size) buffer.resize(static_cast<size_t>(size));
-  return buffer.data();
-}
-
 constexpr int64_t kCountBytes = 2 * sizeof(int64_t);  // rows, records
 
 }  // namespace

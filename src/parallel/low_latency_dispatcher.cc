@@ -57,8 +57,10 @@ void LowLatencyDispatcher::start_exchange(EpStepStats& stats) {
     header.num_pairs = overflow_ ? 0 : static_cast<int32_t>(plan_.pairs_to(d));
     char* slot = send_meta_.data() + d * slot_bytes;
     std::memcpy(slot, &header, sizeof header);
-    std::memcpy(slot + sizeof header, plan_.records.data() + plan_.pair_offsets[i],
-                header.num_pairs * sizeof(PairRecord));
+    if (header.num_pairs > 0) {
+      std::memcpy(slot + sizeof header, plan_.records.data() + plan_.pair_offsets[i],
+                  header.num_pairs * sizeof(PairRecord));
+    }
     meta_counts_[i] = static_cast<int64_t>(sizeof header + header.num_pairs * sizeof(PairRecord));
     meta_displs_[i] = d * slot_bytes;
     meta_bounds_[i] = slot_bytes;

@@ -185,6 +185,29 @@ TEST(EpLayer, LowLatencyOverflowFailsEveryRankWithTheCounts) {
   EXPECT_EQ(run.errors[0], run.errors[2]);
 }
 
+TEST(EpLayer, AfterAnOverflowTheNextStepWorks) {
+  EpCase c;
+  c.num_ranks = 3;
+  c.steps = {{2, 3, 1}};
+  c.options.dispatcher = DispatcherKind::kLowLatency;
+  c.options.low_latency_capacity = 4;
+  const testing::EpCaseData data = testing::prepare_ep_case(c);
+  std::vector<testing::EpRankResult> results(3);
+  const auto errors = testing::run_rank_threads(3, [&](Communicator& comm) {
+    const int me = comm.rank();
+    EpOptions options = c.options;
+    options.num_threads = 1;
+    EpMoeLayer layer(data.config, local_layer_weights(data.full, *data.map, me), *data.map, comm,
+                     options);
+    // 17 tokens on rank 2: at least 17 rows over 3 ranks, so some rank gets more than 4.
+    const Tensor too_many = Tensor::zeros(DType::kF32, {me == 2 ? 17 : 1, 40});
+    testing::expect_error([&] { layer.forward(too_many); }, {"overflow", "rank 2 has "});
+    testing::run_ep_rank(c, data, comm, results[static_cast<size_t>(me)]);
+  });
+  EXPECT_TRUE(testing::all_ranks_succeeded(errors));
+  for (const testing::EpRankResult& r : results) EXPECT_EQ(r.mismatches, 0) << r.first_mismatch;
+}
+
 TEST(EpLayer, TrafficCountersAddUpAcrossRanks) {
   EpCase c;
   c.num_ranks = 4;

@@ -110,8 +110,9 @@ TEST(MpiEpLayer, LowLatencyOverflowFailsEveryRankAndTheNextStepWorks) {
   options.num_threads = 1;
   EpMoeLayer layer(data.config, local_layer_weights(data.full, *data.map, me), *data.map,
                    mpi_world(), options);
-  // Rank 0 brings 9 tokens: more rows than 4 for some rank, whatever the routing.
-  const Tensor too_many = testing::random_normal(DType::kF32, {me == 0 ? 9 : 1, 40}, 3);
+  // Rank 0 brings 17 tokens: at least 17 rows over at most 4 ranks, so some rank gets more
+  // than 4, whatever the routing.
+  const Tensor too_many = testing::random_normal(DType::kF32, {me == 0 ? 17 : 1, 40}, 3);
   testing::expect_error(
       [&] { layer.forward(too_many); },
       {"low-latency dispatch overflow: capacity 4 token rows per peer", "rank 0 has "});
