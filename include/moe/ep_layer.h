@@ -61,24 +61,27 @@ struct EpOptions {
 
 // Bytes by where they go, from this rank's point of view.
 struct TrafficSplit {
-  int64_t self = 0;        // to this rank itself: a local copy, no link
+  int64_t self = 0;        // for this rank itself: read in place, never copied
   int64_t same_host = 0;   // to another rank of this host
   int64_t cross_host = 0;  // to a rank of another host
 };
 
 // What one forward did on this rank. Per-peer arrays are [num_ranks] and count every byte of
-// every message (counts, headers, records, rows), also those to this rank itself.
+// every message (counts, headers, records, rows, results); a rank sends itself nothing: its own
+// pairs are served in place.
 struct EpStepStats {
   int64_t num_tokens = 0;         // this rank's tokens
   int64_t num_pairs = 0;          // num_tokens * k
-  int64_t rows_sent = 0;          // dispatched token rows: one per (token, rank serving it)
-  int64_t row_bytes_sent = 0;     // their payload: rows_sent * H * dtype bytes
-  int64_t pairs_received = 0;     // pairs this rank's experts computed
+  int64_t rows_sent = 0;          // token rows sent to other ranks: one per (token, rank)
+  int64_t local_pairs = 0;        // pairs served by this rank's own experts, nothing copied
+  int64_t pairs_received = 0;     // pairs this rank's experts computed, its own included
   int64_t upper_bound_bytes = 0;  // the seeds' T*k*H*b for this rank's tokens
   std::vector<int64_t> dispatch_bytes_sent, dispatch_bytes_received;
   std::vector<int64_t> combine_bytes_sent, combine_bytes_received;
-  TrafficSplit dispatch_sent, combine_sent;   // the per-peer sends, by domain
-  TrafficSplit row_payload_sent;              // row_bytes_sent by domain
+  TrafficSplit dispatch_sent, combine_sent;  // the per-peer sends, by domain
+  // Token-row payload (H values per token and serving rank) by domain, to hold against T*k*H*b;
+  // self is the rows that stay.
+  TrafficSplit row_payload;
   std::vector<int32_t> pairs_per_local_slot;  // [num local slots]
   // Wall time each stage held this rank, in microseconds. With two-batch overlap, dispatch and
   // combine count only the time spent waiting for them (what overlap did not hide).

@@ -42,26 +42,30 @@ void Dispatcher::count_dispatch(EpStepStats& stats, int peer, int64_t sent,
 
 void Dispatcher::start_dispatch(const DispatchInput& in, EpStepStats& stats) {
   dtype_ = in.dtype;
-  plan_dispatch(map_, chooser_, comm_.rank(), in.topk_ids, in.topk_weights, in.first_token,
-                in.num_tokens, top_k_, plan_);
+  hidden_ = static_cast<const char*>(in.hidden);
+  const int me = comm_.rank();
+  plan_dispatch(map_, chooser_, me, in.topk_ids, in.topk_weights, in.first_token, in.num_tokens,
+                top_k_, plan_);
+  // Pack the rows for the other ranks; this rank's own stay where they are.
   const int64_t num_rows = plan_.row_offsets.back(), bytes = row_bytes();
+  const int64_t own_begin = plan_.row_offsets[me], own_end = plan_.row_offsets[me + 1];
   char* packed = grown(send_rows_, num_rows * bytes);
-  const char* hidden = static_cast<const char*>(in.hidden);
 #pragma omp parallel for num_threads(num_threads_) schedule(static)
   for (int64_t row = 0; row < num_rows; ++row) {
-    std::memcpy(packed + row * bytes, hidden + plan_.row_tokens[static_cast<size_t>(row)] * bytes,
+    if (row >= own_begin && row < own_end) continue;
+    std::memcpy(packed + row * bytes, hidden_ + plan_.row_tokens[static_cast<size_t>(row)] * bytes,
                 static_cast<size_t>(bytes));
   }
-  stats.rows_sent += num_rows;
-  stats.row_bytes_sent += num_rows * bytes;
+  stats.rows_sent += num_rows - (own_end - own_begin);
+  stats.local_pairs += plan_.pairs_to(me);
   for (int d = 0; d < comm_.size(); ++d) {
     const int64_t payload = plan_.rows_to(d) * bytes;
-    if (d == comm_.rank()) {
-      stats.row_payload_sent.self += payload;
-    } else if (comm_.same_host(d, comm_.rank())) {
-      stats.row_payload_sent.same_host += payload;
+    if (d == me) {
+      stats.row_payload.self += payload;
+    } else if (comm_.same_host(d, me)) {
+      stats.row_payload.same_host += payload;
     } else {
-      stats.row_payload_sent.cross_host += payload;
+      stats.row_payload.cross_host += payload;
     }
   }
   start_exchange(stats);
@@ -70,11 +74,20 @@ void Dispatcher::start_dispatch(const DispatchInput& in, EpStepStats& stats) {
 ReceivedPairs Dispatcher::finish_dispatch(EpStepStats& stats) {
   finish_exchange(stats);
   const int me = comm_.rank();
+  Source& own = sources_[static_cast<size_t>(me)];
+  own.records = plan_.records.data() + plan_.pair_offsets[me];
+  own.num_pairs = plan_.pairs_to(me);
+  own.num_rows = plan_.rows_to(me);
+  own.rows = nullptr;
   int64_t total = 0;
-  for (const Source& s : sources_) total += s.num_pairs;
+  for (int s = 0; s < comm_.size(); ++s) {
+    if (s == me) own_first_pair_ = total;
+    total += sources_[static_cast<size_t>(s)].num_pairs;
+  }
+  const void** row_ptrs = grown(received_row_ptrs_, total);
   int32_t* slots = grown(received_slots_, total);
-  int32_t* rows = grown(received_row_of_pair_, total);
   float* weights = grown(received_weights_, total);
+  const int64_t bytes = row_bytes();
   // Records come from other processes: every field that indexes memory is checked.
   int64_t i = 0;
   for (int s = 0; s < comm_.size(); ++s) {
@@ -91,8 +104,8 @@ ReceivedPairs Dispatcher::finish_dispatch(EpStepStats& stats) {
             me, r, s, record.source_rank, record.slot, map_.num_slots(), slot_ok ? me : -1,
             record.row, from.num_rows, record.j, top_k_, record.token);
       }
+      row_ptrs[i] = from.rows ? from.rows + record.row * bytes : hidden_ + record.token * bytes;
       slots[i] = record.slot;
-      rows[i] = static_cast<int32_t>(from.first_row + record.row);
       weights[i] = record.weight;
       ++stats.pairs_per_local_slot[static_cast<size_t>(map_.local_index(record.slot))];
     }
@@ -100,22 +113,23 @@ ReceivedPairs Dispatcher::finish_dispatch(EpStepStats& stats) {
   stats.pairs_received += total;
   ReceivedPairs received;
   received.num_pairs = total;
-  received.rows = received_rows_;
-  received.row_of_pair = rows;
+  received.row_ptrs = row_ptrs;
   received.slots = slots;
   received.weights = weights;
   return received;
 }
 
 void Dispatcher::start_combine(const float* results, EpStepStats& stats) {
+  results_ = results;
   const int64_t bytes = hidden_size_ * static_cast<int64_t>(sizeof(float));
-  int64_t received_pairs_before = 0;
+  int64_t pairs_before = 0;
   for (int p = 0; p < comm_.size(); ++p) {
     const size_t i = static_cast<size_t>(p);
-    combine_send_counts_[i] = sources_[i].num_pairs * bytes;
-    combine_send_displs_[i] = received_pairs_before * bytes;
-    received_pairs_before += sources_[i].num_pairs;
-    combine_recv_counts_[i] = plan_.pairs_to(p) * bytes;
+    const bool own = p == comm_.rank();
+    combine_send_counts_[i] = own ? 0 : sources_[i].num_pairs * bytes;
+    combine_send_displs_[i] = pairs_before * bytes;
+    pairs_before += sources_[i].num_pairs;
+    combine_recv_counts_[i] = own ? 0 : plan_.pairs_to(p) * bytes;
     combine_recv_displs_[i] = plan_.pair_offsets[i] * bytes;
     stats.combine_bytes_sent[i] += combine_send_counts_[i];
     stats.combine_bytes_received[i] += combine_recv_counts_[i];
@@ -128,7 +142,17 @@ void Dispatcher::start_combine(const float* results, EpStepStats& stats) {
 CombinedPairs Dispatcher::finish_combine(EpStepStats& stats) {
   combine_->wait();
   combine_.reset();
-  return {combine_received_.data(), plan_.combine_index.data()};
+  // Each pair's result: back from its expert's rank, or in place in this rank's experts' output.
+  const int me = comm_.rank();
+  const int64_t own_begin = plan_.pair_offsets[me], own_end = plan_.pair_offsets[me + 1];
+  const float** rows = grown(result_ptrs_, plan_.num_pairs);
+  for (int64_t p = 0; p < plan_.num_pairs; ++p) {
+    const int64_t index = plan_.combine_index[static_cast<size_t>(p)];
+    rows[p] = index >= own_begin && index < own_end
+                  ? results_ + (own_first_pair_ + index - own_begin) * hidden_size_
+                  : combine_received_.data() + index * hidden_size_;
+  }
+  return {rows};
 }
 
 std::unique_ptr<Dispatcher> make_dispatcher(DispatcherKind kind, Communicator& comm,

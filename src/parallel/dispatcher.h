@@ -5,6 +5,10 @@
 // high_throughput_dispatcher.h (a count exchange, then exact sizes) and low_latency_dispatcher.h
 // (fixed slots, no count exchange).
 //
+// A rank's pairs for its own experts never travel: its experts read those rows in place in the
+// batch, and its sum reads their results in place in the experts' output (as DeepEP keeps local
+// tokens off the network). Only rows and results for other ranks go through the communicator.
+//
 // Use, per micro-batch and in the same order on every rank:
 //   start_dispatch -> finish_dispatch -> (experts) -> start_combine -> finish_combine
 // Two Dispatchers may be in flight at once (two-batch overlap); each owns its buffers.
@@ -43,16 +47,16 @@ struct DispatchInput {
 // source rank, then in the order the source listed them.
 struct ReceivedPairs {
   int64_t num_pairs = 0;
-  const void* rows = nullptr;            // [*, H] of the dispatch dtype, read in place
-  const int32_t* row_of_pair = nullptr;  // [num_pairs]
-  const int32_t* slots = nullptr;        // [num_pairs]: global slots, all held by this rank
-  const float* weights = nullptr;        // [num_pairs]: router weights
+  const void* const* row_ptrs = nullptr;  // [num_pairs]: each pair's input row (H values of the
+                                          // dispatch dtype), read in place
+  const int32_t* slots = nullptr;         // [num_pairs]: global slots, all held by this rank
+  const float* weights = nullptr;         // [num_pairs]: router weights
 };
 
 // This rank's pairs back from their experts.
 struct CombinedPairs {
-  const float* rows = nullptr;          // [num_pairs, H] f32, in record order
-  const int32_t* pair_index = nullptr;  // [num_tokens * k]: the row of the slice's pair p
+  const float* const* pair_rows = nullptr;  // [num_tokens * k]: the f32 result of the slice's
+                                            // pair p (H values)
 };
 
 class Dispatcher {
@@ -69,8 +73,8 @@ class Dispatcher {
   CombinedPairs finish_combine(EpStepStats& stats);
 
  protected:
-  // Sends the plan's rows (packed in send_rows(), dense by destination) and records; after
-  // finish_exchange the sources_ table below is filled.
+  // Sends the plan's rows (packed in send_rows(), dense by destination) and records to the other
+  // ranks; finish_exchange fills their entries of sources_.
   virtual void start_exchange(EpStepStats& stats) = 0;
   virtual void finish_exchange(EpStepStats& stats) = 0;
 
@@ -79,10 +83,13 @@ class Dispatcher {
     const PairRecord* records = nullptr;
     int64_t num_pairs = 0;
     int64_t num_rows = 0;
-    int64_t first_row = 0;  // its first row in received_rows_
+    const char* rows = nullptr;  // its rows, dense; null for this rank's own (read in the batch)
   };
 
   int64_t row_bytes() const { return hidden_size_ * static_cast<int64_t>(dtype_size(dtype_)); }
+  // What travels to rank d: nothing for this rank itself.
+  int64_t rows_sent_to(int d) const { return d == comm_.rank() ? 0 : plan_.rows_to(d); }
+  int64_t pairs_sent_to(int d) const { return d == comm_.rank() ? 0 : plan_.pairs_to(d); }
   const char* send_rows() const { return send_rows_.data(); }
   // Adds a message's bytes to the per-peer counters of stats.
   void count_dispatch(EpStepStats& stats, int peer, int64_t sent, int64_t received) const;
@@ -94,16 +101,20 @@ class Dispatcher {
   ReplicaChooser chooser_;
   DType dtype_ = DType::kF32;
   DispatchPlan plan_;
-  std::vector<Source> sources_;          // [N], set by finish_exchange
-  const char* received_rows_ = nullptr;  // set by finish_exchange
+  std::vector<Source> sources_;  // [N]: finish_exchange fills the other ranks'
 
   // Buffers that only grow (the low-latency dispatcher sizes them once, up front).
-  std::vector<char> send_rows_;          // [rows, H] of dtype, dense by destination
-  std::vector<float> combine_received_;  // [num_pairs, H]
-  std::vector<int32_t> received_slots_, received_row_of_pair_;  // [received pairs]
+  std::vector<char> send_rows_;                 // [rows, H] of dtype, dense by destination
+  std::vector<float> combine_received_;         // [num_pairs, H], in record order
+  std::vector<const void*> received_row_ptrs_;  // [received pairs]
+  std::vector<int32_t> received_slots_;
   std::vector<float> received_weights_;
+  std::vector<const float*> result_ptrs_;  // [num_pairs]
 
  private:
+  const char* hidden_ = nullptr;    // the batch of the current dispatch
+  const float* results_ = nullptr;  // the experts' output of the current combine
+  int64_t own_first_pair_ = 0;      // where this rank's own pairs start in the received order
   std::vector<int64_t> combine_send_counts_, combine_send_displs_;
   std::vector<int64_t> combine_recv_counts_, combine_recv_displs_;
   std::unique_ptr<CommRequest> combine_;

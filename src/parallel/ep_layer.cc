@@ -233,9 +233,9 @@ void EpMoeLayer::forward(const TensorView& hidden, const TensorView& out) {
     ExpertsProblem pb = s.experts.problem;
     pb.num_tokens = received.num_pairs;
     pb.top_k = 1;
-    pb.hidden = received.rows;
+    pb.hidden = hidden.data;  // unused: every row is read through hidden_row_ptrs
     pb.hidden_dtype = hidden.dtype;
-    pb.hidden_rows = received.row_of_pair;
+    pb.hidden_row_ptrs = received.row_ptrs;
     pb.topk_ids = received.slots;
     pb.topk_weights = received.weights;
     return cpu::routed_pair_outputs(pb, s.block_m, s.workspaces[i], s.num_threads, nullptr);
@@ -262,8 +262,8 @@ void EpMoeLayer::forward(const TensorView& hidden, const TensorView& out) {
       combined = s.dispatchers[i]->finish_combine(st);
     }
     StageTimer timer(st.sum_us);
-    cpu::moe_sum(combined.rows, combined.pair_index, shared ? shared + first[i] * H : nullptr,
-                 count[i], k, H, out_rows + first[i] * H * out_bytes, out.dtype, s.num_threads);
+    cpu::moe_sum(nullptr, combined.pair_rows, shared ? shared + first[i] * H : nullptr, count[i], k,
+                 H, out_rows + first[i] * H * out_bytes, out.dtype, s.num_threads);
   };
 
   // NOTE: the order of communicator calls is the same on every rank (each micro-batch's

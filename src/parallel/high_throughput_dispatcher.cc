@@ -26,17 +26,20 @@ HighThroughputDispatcher::HighThroughputDispatcher(Communicator& comm, const Exp
 void HighThroughputDispatcher::start_exchange(EpStepStats& stats) {
   const int N = comm_.size();
   for (int d = 0; d < N; ++d) {
-    sent_counts_[2 * d] = plan_.rows_to(d);
-    sent_counts_[2 * d + 1] = plan_.pairs_to(d);
+    sent_counts_[2 * d] = rows_sent_to(d);
+    sent_counts_[2 * d + 1] = pairs_sent_to(d);
   }
-  // The one exchange whose sizes everybody knows: two counts per peer.
+  // The one exchange whose sizes everybody knows: two counts per other rank.
   {
-    const std::vector<int64_t> counts(static_cast<size_t>(N), kCountBytes);
+    const int me = comm_.rank();
+    std::vector<int64_t> counts(static_cast<size_t>(N), kCountBytes);
     std::vector<int64_t> displs(static_cast<size_t>(N));
     for (int p = 0; p < N; ++p) displs[static_cast<size_t>(p)] = p * kCountBytes;
+    counts[static_cast<size_t>(me)] = 0;
+    received_counts_[2 * me] = received_counts_[2 * me + 1] = 0;
     comm_.all_to_all_v(sent_counts_.data(), {counts, displs}, received_counts_.data(),
                        {counts, displs});
-    for (int p = 0; p < N; ++p) count_dispatch(stats, p, kCountBytes, kCountBytes);
+    for (int p = 0; p < N; ++p) count_dispatch(stats, p, counts[p], counts[p]);
   }
 
   const int64_t record_bytes = sizeof(PairRecord), bytes = row_bytes();
@@ -53,12 +56,11 @@ void HighThroughputDispatcher::start_exchange(EpStepStats& stats) {
     Source& from = sources_[i];
     from.num_rows = rows;
     from.num_pairs = records;
-    from.first_row = rows_in;
-    send_records_.counts[i] = plan_.pairs_to(p) * record_bytes;
+    send_records_.counts[i] = pairs_sent_to(p) * record_bytes;
     send_records_.displs[i] = plan_.pair_offsets[i] * record_bytes;
     recv_records_.counts[i] = records * record_bytes;
     recv_records_.displs[i] = records_in * record_bytes;
-    send_rows_splits_.counts[i] = plan_.rows_to(p) * bytes;
+    send_rows_splits_.counts[i] = rows_sent_to(p) * bytes;
     send_rows_splits_.displs[i] = plan_.row_offsets[i] * bytes;
     recv_rows_splits_.counts[i] = rows * bytes;
     recv_rows_splits_.displs[i] = rows_in * bytes;
@@ -73,12 +75,13 @@ void HighThroughputDispatcher::start_exchange(EpStepStats& stats) {
                                       recv_records_.view());
   rows_ = comm_.start_all_to_all_v(send_rows(), send_rows_splits_.view(), rows,
                                    recv_rows_splits_.view());
-  int64_t offset = 0;
+  int64_t records_before = 0, rows_before = 0;
   for (Source& from : sources_) {
-    from.records = records + offset;
-    offset += from.num_pairs;
+    from.records = records + records_before;
+    from.rows = rows + rows_before * bytes;
+    records_before += from.num_pairs;
+    rows_before += from.num_rows;
   }
-  received_rows_ = rows;
 }
 
 void HighThroughputDispatcher::finish_exchange(EpStepStats& stats) {

@@ -24,7 +24,8 @@ LowLatencyDispatcher::LowLatencyDispatcher(Communicator& comm, const ExpertMap& 
   send_rows_.resize(recv_rows_.size());
   combine_received_.resize(static_cast<size_t>(capacity * top_k * hidden_size));
   received_slots_.resize(n * static_cast<size_t>(capacity * top_k));
-  received_row_of_pair_.resize(received_slots_.size());
+  received_row_ptrs_.resize(received_slots_.size());
+  result_ptrs_.resize(static_cast<size_t>(capacity * top_k));
   received_weights_.resize(received_slots_.size());
   for (std::vector<int64_t>* v :
        {&meta_counts_, &meta_displs_, &meta_bounds_, &meta_slots_, &rows_counts_, &rows_displs_,
@@ -43,8 +44,8 @@ void LowLatencyDispatcher::start_exchange(EpStepStats& stats) {
   const int64_t bytes = row_bytes(), slot_bytes = meta_slot_bytes();
   Header mine{};
   for (int d = 0; d < N; ++d) {
-    if (plan_.rows_to(d) > mine.worst_rows) {
-      mine.worst_rows = static_cast<int32_t>(std::min<int64_t>(plan_.rows_to(d), INT32_MAX));
+    if (rows_sent_to(d) > mine.worst_rows) {
+      mine.worst_rows = static_cast<int32_t>(std::min<int64_t>(rows_sent_to(d), INT32_MAX));
       mine.worst_peer = d;
     }
   }
@@ -53,8 +54,8 @@ void LowLatencyDispatcher::start_exchange(EpStepStats& stats) {
     const size_t i = static_cast<size_t>(d);
     // On overflow every peer gets the header alone: the step fails everywhere after the exchange.
     Header header = mine;
-    header.num_rows = overflow_ ? 0 : static_cast<int32_t>(plan_.rows_to(d));
-    header.num_pairs = overflow_ ? 0 : static_cast<int32_t>(plan_.pairs_to(d));
+    header.num_rows = overflow_ ? 0 : static_cast<int32_t>(rows_sent_to(d));
+    header.num_pairs = overflow_ ? 0 : static_cast<int32_t>(pairs_sent_to(d));
     char* slot = send_meta_.data() + d * slot_bytes;
     std::memcpy(slot, &header, sizeof header);
     if (header.num_pairs > 0) {
@@ -130,9 +131,8 @@ void LowLatencyDispatcher::finish_exchange(EpStepStats& stats) {
     from.records = reinterpret_cast<const PairRecord*>(slot + sizeof h);
     from.num_pairs = h.num_pairs;
     from.num_rows = h.num_rows;
-    from.first_row = s * capacity_;
+    from.rows = recv_rows_.data() + s * capacity_ * bytes;
   }
-  received_rows_ = recv_rows_.data();
 }
 
 }  // namespace moe::parallel

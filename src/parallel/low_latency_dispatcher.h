@@ -1,5 +1,6 @@
 // The low-latency dispatcher (decode): no count exchange on the critical path. Every buffer is
-// allocated once, for `capacity` token rows per (source, destination) pair of ranks. Each peer's
+// allocated once, for `capacity` token rows per (source, destination) pair of distinct ranks (a
+// rank's rows for itself never travel). Each peer's
 // message lands in its own fixed slot of the receive buffers, a bounded receive telling how much
 // arrived: the rows in [N, capacity, H] (a masked layout: slot s holds rank s's rows, the header
 // says how many are valid), the header and records in [N, header + capacity * k records].

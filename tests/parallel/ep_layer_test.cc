@@ -117,8 +117,10 @@ TEST(EpLayer, EveryTokenRoutedToOneRank) {
     EXPECT_EQ(stats[0].pairs_received, 17 * 4);
     EXPECT_EQ(stats[1].pairs_received, 0);
     EXPECT_EQ(stats[2].pairs_received, 0);
-    // Four pairs per token on one rank: one row per token.
+    // Four pairs per token on one rank: one row per token; rank 0's own never travel.
     EXPECT_EQ(stats[1].rows_sent, 9);
+    EXPECT_EQ(stats[0].rows_sent, 0);
+    EXPECT_EQ(stats[0].local_pairs, 6 * 4);
   }
 }
 
@@ -199,9 +201,11 @@ TEST(EpLayer, AfterAnOverflowTheNextStepWorks) {
     options.num_threads = 1;
     EpMoeLayer layer(data.config, local_layer_weights(data.full, *data.map, me), *data.map, comm,
                      options);
-    // 17 tokens on rank 2: at least 17 rows over 3 ranks, so some rank gets more than 4.
+    // Zero logits route every token to experts 0-3 (ties go to the lower id), all on rank 0:
+    // rank 2 sends it a row for each of its 17 tokens.
     const Tensor too_many = Tensor::zeros(DType::kF32, {me == 2 ? 17 : 1, 40});
-    testing::expect_error([&] { layer.forward(too_many); }, {"overflow", "rank 2 has "});
+    testing::expect_error([&] { layer.forward(too_many); },
+                          {"overflow", "rank 2 has 17 rows for rank 0"});
     testing::run_ep_rank(c, data, comm, results[static_cast<size_t>(me)]);
   });
   EXPECT_TRUE(testing::all_ranks_succeeded(errors));
@@ -224,20 +228,21 @@ TEST(EpLayer, TrafficCountersAddUpAcrossRanks) {
       EXPECT_EQ(s.dispatch_bytes_sent[q], stats[q].dispatch_bytes_received[p]) << p << "->" << q;
       EXPECT_EQ(s.combine_bytes_sent[q], stats[q].combine_bytes_received[p]) << p << "->" << q;
     }
-    // Combine returns one f32 row per pair: every pair of p's tokens.
+    // Combine returns one f32 row per pair served by another rank; a rank's own stay put.
     const int64_t combined = std::accumulate(s.combine_bytes_received.begin(),
                                              s.combine_bytes_received.end(), int64_t{0});
-    EXPECT_EQ(combined, s.num_pairs * H * 4);
+    EXPECT_EQ(combined, (s.num_pairs - s.local_pairs) * H * 4);
+    EXPECT_EQ(s.combine_bytes_sent[p], 0);
+    EXPECT_EQ(s.dispatch_bytes_sent[p], 0);
     EXPECT_EQ(s.upper_bound_bytes, s.num_pairs * H * 4);
-    EXPECT_LE(s.row_bytes_sent, s.upper_bound_bytes);
-    EXPECT_EQ(
-        s.row_payload_sent.self + s.row_payload_sent.same_host + s.row_payload_sent.cross_host,
-        s.row_bytes_sent);
+    const TrafficSplit& rows = s.row_payload;
+    EXPECT_EQ(rows.same_host + rows.cross_host, s.rows_sent * H * 4);
+    EXPECT_LE(rows.self + rows.same_host + rows.cross_host, s.upper_bound_bytes);
     const TrafficSplit& d = s.dispatch_sent;
     EXPECT_EQ(
         d.self + d.same_host + d.cross_host,
         std::accumulate(s.dispatch_bytes_sent.begin(), s.dispatch_bytes_sent.end(), int64_t{0}));
-    EXPECT_EQ(d.self, s.dispatch_bytes_sent[p]);
+    EXPECT_EQ(d.self, 0);
     EXPECT_EQ(d.same_host, s.dispatch_bytes_sent[p ^ 1]);
     rows_in += s.rows_sent;
     EXPECT_EQ(s.pairs_received, std::accumulate(s.pairs_per_local_slot.begin(),
@@ -245,7 +250,7 @@ TEST(EpLayer, TrafficCountersAddUpAcrossRanks) {
   }
   EXPECT_EQ(stats[0].num_pairs, 12 * k);
   EXPECT_GT(rows_in, 0);
-  EXPECT_GT(stats[0].row_payload_sent.cross_host, 0);
+  EXPECT_GT(stats[0].row_payload.cross_host, 0);
 }
 
 TEST(EpLayer, RejectsALayoutThatDoesNotFit) {

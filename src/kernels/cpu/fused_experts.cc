@@ -160,7 +160,7 @@ const float* routed_pair_outputs(const ExpertsProblem& pb, int64_t block_m, Expe
   gemm1.a = pb.hidden;
   gemm1.a_dtype = pb.hidden_dtype;
   gemm1.a_row_divisor = pb.top_k;
-  gemm1.a_rows = pb.hidden_rows;
+  gemm1.a_row_ptrs = pb.hidden_row_ptrs;
   gemm1.a_scale = pb.weight_on_input ? pb.topk_weights : nullptr;
   gemm1.w = pb.w13;
   gemm1.w_dtype = pb.weight_dtype;

@@ -70,9 +70,10 @@ int64_t pack_a_panel(const GroupedGemmArgs& args, const int32_t* block_ids, floa
     const int32_t p = block_ids[i];
     if (p >= args.num_pairs) continue;
     float* dst = panel + rows * args.k_dim;
-    const int64_t a_row = args.a_rows ? args.a_rows[p] : p / args.a_row_divisor;
-    convert_to_f32(row_address(args.a, args.a_dtype, a_row, args.k_dim), args.a_dtype, dst,
-                   static_cast<size_t>(args.k_dim));
+    const void* row = args.a_row_ptrs
+                          ? args.a_row_ptrs[p]
+                          : row_address(args.a, args.a_dtype, p / args.a_row_divisor, args.k_dim);
+    convert_to_f32(row, args.a_dtype, dst, static_cast<size_t>(args.k_dim));
     if (args.a_scale) {
       const float scale = args.a_scale[p];
       for (int64_t k = 0; k < args.k_dim; ++k) dst[k] *= scale;

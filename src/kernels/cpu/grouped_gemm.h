@@ -2,10 +2,11 @@
 //
 // For every block b of block_m entries of sorted_pair_ids whose expert_ids[b] = e >= 0, and every
 // real pair p in it (p < num_pairs; the sentinel pads are skipped):
-//   c[p, :] = out_scale[p] * ((a_scale[p] * a[row(p), :]) · w[e]^T + bias[e, :])
-// Rows of blocks with expert -1 (not local) are written with zeros. Input rows are read in place
-// through row(p) = a_rows[p] when given, else p / a_row_divisor (gemm1 reads hidden[p / k], or a
-// dispatched row shared by several pairs under expert parallelism; gemm2 reads cache2[p]).
+//   c[p, :] = out_scale[p] * ((a_scale[p] * row(p)) · w[e]^T + bias[e, :])
+// Rows of blocks with expert -1 (not local) are written with zeros. Input rows row(p) are read in
+// place at a_row_ptrs[p] when given, else at row p / a_row_divisor of a (gemm1 reads hidden[p / k],
+// or, under expert parallelism, a received row or one of the rank's own rows; gemm2 reads
+// cache2[p]).
 //
 // Each output element is one dot product computed by one thread in a fixed order, so results
 // do not depend on the thread count. Tested by tests/experts (against the reference backend).
@@ -23,10 +24,10 @@ inline constexpr int64_t kMaxBlockM = 1024;
 struct GroupedGemmArgs {
   const void* a = nullptr;  // [*, k_dim] rows of a_dtype
   DType a_dtype = DType::kF32;
-  int64_t a_row_divisor = 1;        // row of pair p is p / a_row_divisor ...
-  const int32_t* a_rows = nullptr;  // ... or a_rows[p] when given: [num_pairs]
-  const float* a_scale = nullptr;   // [num_pairs] or null
-  const void* w = nullptr;          // [num_local_experts, n, k_dim] of w_dtype
+  int64_t a_row_divisor = 1;                // row of pair p is p / a_row_divisor ...
+  const void* const* a_row_ptrs = nullptr;  // ... or the row at a_row_ptrs[p]: [num_pairs]
+  const float* a_scale = nullptr;           // [num_pairs] or null
+  const void* w = nullptr;                  // [num_local_experts, n, k_dim] of w_dtype
   DType w_dtype = DType::kF32;
   const float* bias = nullptr;       // [num_local_experts, n] or null
   const float* out_scale = nullptr;  // [num_pairs] or null

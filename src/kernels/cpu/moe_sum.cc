@@ -11,7 +11,7 @@ constexpr int64_t kColumnsPerChunk = 512;
 
 }  // namespace
 
-void moe_sum(const float* pair_rows, const int32_t* pair_row_ids, const float* shared,
+void moe_sum(const float* pair_rows, const float* const* pair_row_ptrs, const float* shared,
              int64_t num_tokens, int64_t top_k, int64_t width, void* out, DType out_dtype,
              int num_threads) {
   const int64_t out_bytes = static_cast<int64_t>(dtype_size(out_dtype));
@@ -23,7 +23,7 @@ void moe_sum(const float* pair_rows, const int32_t* pair_row_ids, const float* s
       std::fill(sum, sum + columns, 0.0f);
       for (int64_t j = 0; j < top_k; ++j) {
         const int64_t p = t * top_k + j;
-        const float* row = pair_rows + (pair_row_ids ? pair_row_ids[p] : p) * width + h0;
+        const float* row = (pair_row_ptrs ? pair_row_ptrs[p] : pair_rows + p * width) + h0;
         for (int64_t h = 0; h < columns; ++h) sum[h] += row[h];
       }
       if (shared) {

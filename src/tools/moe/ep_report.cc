@@ -12,14 +12,12 @@ namespace {
 constexpr double EpRankSummary::*kScalars[] = {
     &EpRankSummary::tokens,
     &EpRankSummary::pairs,
+    &EpRankSummary::local_pairs,
     &EpRankSummary::rows_sent,
-    &EpRankSummary::row_bytes_sent,
     &EpRankSummary::pairs_received,
     &EpRankSummary::upper_bound_bytes,
-    &EpRankSummary::dispatch_self,
     &EpRankSummary::dispatch_same_host,
     &EpRankSummary::dispatch_cross_host,
-    &EpRankSummary::combine_self,
     &EpRankSummary::combine_same_host,
     &EpRankSummary::combine_cross_host,
     &EpRankSummary::rows_self,
@@ -54,19 +52,17 @@ EpRankSummary summarize(const EpStepStats& s) {
   EpRankSummary r;
   r.tokens = static_cast<double>(s.num_tokens);
   r.pairs = static_cast<double>(s.num_pairs);
+  r.local_pairs = static_cast<double>(s.local_pairs);
   r.rows_sent = static_cast<double>(s.rows_sent);
-  r.row_bytes_sent = static_cast<double>(s.row_bytes_sent);
   r.pairs_received = static_cast<double>(s.pairs_received);
   r.upper_bound_bytes = static_cast<double>(s.upper_bound_bytes);
-  r.dispatch_self = static_cast<double>(s.dispatch_sent.self);
   r.dispatch_same_host = static_cast<double>(s.dispatch_sent.same_host);
   r.dispatch_cross_host = static_cast<double>(s.dispatch_sent.cross_host);
-  r.combine_self = static_cast<double>(s.combine_sent.self);
   r.combine_same_host = static_cast<double>(s.combine_sent.same_host);
   r.combine_cross_host = static_cast<double>(s.combine_sent.cross_host);
-  r.rows_self = static_cast<double>(s.row_payload_sent.self);
-  r.rows_same_host = static_cast<double>(s.row_payload_sent.same_host);
-  r.rows_cross_host = static_cast<double>(s.row_payload_sent.cross_host);
+  r.rows_self = static_cast<double>(s.row_payload.self);
+  r.rows_same_host = static_cast<double>(s.row_payload.same_host);
+  r.rows_cross_host = static_cast<double>(s.row_payload.cross_host);
   if (!s.pairs_per_local_slot.empty()) {
     const auto [lo, hi] =
         std::minmax_element(s.pairs_per_local_slot.begin(), s.pairs_per_local_slot.end());
@@ -117,22 +113,21 @@ void print_ep_batch(int64_t tokens_per_rank, const std::vector<EpRankSummary>& r
       "{:.0f}% of the T*k*H*b bound {:.3f} MB\n",
       tokens_per_rank, milliseconds(slowest), megabytes(rows_out),
       bound > 0 ? 100.0 * rows_out / bound : 0.0, megabytes(bound));
-  fmt::print("{:>4} {:>6} {:>6} | {:^23} | {:^23} | {:>7} {:^9} | {:^47} | {:>6}\n", "rank",
-             "pairs", "rows", "dispatch sent MB", "combine sent MB", "pairs", "per slot",
+  fmt::print("{:>4} {:>6} {:>6} {:>6} | {:^15} | {:^15} | {:>7} {:^9} | {:^47} | {:>6}\n", "rank",
+             "pairs", "local", "rows", "dispatch MB", "combine MB", "pairs", "per slot",
              "stage times, ms", "GB/s");
   fmt::print(
-      "{:>4} {:>6} {:>6} | {:>7} {:>7} {:>7} | {:>7} {:>7} {:>7} | {:>7} {:>9} | {:>6} "
-      "{:>6} {:>6} {:>6} {:>6} {:>6} {:>6} | {:>6}\n",
-      "", "", "", "self", "host", "cross", "self", "host", "cross", "in", "min/max", "route",
-      "disp", "expert", "shared", "comb", "sum", "total", "links");
+      "{:>4} {:>6} {:>6} {:>6} | {:>7} {:>7} | {:>7} {:>7} | {:>7} {:>9} | {:>6} {:>6} "
+      "{:>6} {:>6} {:>6} {:>6} {:>6} | {:>6}\n",
+      "", "", "", "sent", "host", "cross", "host", "cross", "in", "min/max", "route", "disp",
+      "expert", "shared", "comb", "sum", "total", "links");
   for (size_t rank = 0; rank < ranks.size(); ++rank) {
     const EpRankSummary& r = ranks[rank];
     fmt::print(
-        "{:>4} {:>6.0f} {:>6.0f} | {:>7.3f} {:>7.3f} {:>7.3f} | {:>7.3f} {:>7.3f} {:>7.3f} | "
-        "{:>7.0f} {:>9} | {:>6.3f} {:>6.3f} {:>6.3f} {:>6.3f} {:>6.3f} {:>6.3f} {:>6.3f} | "
-        "{:>6.2f}\n",
-        rank, r.pairs, r.rows_sent, megabytes(r.dispatch_self), megabytes(r.dispatch_same_host),
-        megabytes(r.dispatch_cross_host), megabytes(r.combine_self), megabytes(r.combine_same_host),
+        "{:>4} {:>6.0f} {:>6.0f} {:>6.0f} | {:>7.3f} {:>7.3f} | {:>7.3f} {:>7.3f} | {:>7.0f} "
+        "{:>9} | {:>6.3f} {:>6.3f} {:>6.3f} {:>6.3f} {:>6.3f} {:>6.3f} {:>6.3f} | {:>6.2f}\n",
+        rank, r.pairs, r.local_pairs, r.rows_sent, megabytes(r.dispatch_same_host),
+        megabytes(r.dispatch_cross_host), megabytes(r.combine_same_host),
         megabytes(r.combine_cross_host), r.pairs_received,
         fmt::format("{:.0f}/{:.0f}", r.min_slot_pairs, r.max_slot_pairs), milliseconds(r.route_us),
         milliseconds(r.dispatch_us), milliseconds(r.experts_us), milliseconds(r.shared_us),
@@ -161,20 +156,19 @@ nlohmann::json ep_batch_json(int64_t tokens_per_rank, const std::vector<EpRankSu
     per_rank.push_back(
         {{"tokens", r.tokens},
          {"pairs", r.pairs},
+         {"local_pairs", r.local_pairs},
          {"rows_sent", r.rows_sent},
-         {"row_bytes_sent",
+         {"row_payload_bytes",
           {{"self", r.rows_self},
            {"same_host", r.rows_same_host},
            {"cross_host", r.rows_cross_host}}},
          {"upper_bound_bytes", r.upper_bound_bytes},
          {"dispatch_bytes_sent",
-          {{"self", r.dispatch_self},
-           {"same_host", r.dispatch_same_host},
+          {{"same_host", r.dispatch_same_host},
            {"cross_host", r.dispatch_cross_host},
            {"per_peer", r.dispatch_sent}}},
          {"combine_bytes_sent",
-          {{"self", r.combine_self},
-           {"same_host", r.combine_same_host},
+          {{"same_host", r.combine_same_host},
            {"cross_host", r.combine_cross_host},
            {"per_peer", r.combine_sent}}},
          {"pairs_received", r.pairs_received},

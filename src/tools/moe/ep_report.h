@@ -14,11 +14,11 @@ namespace moe::cli {
 
 // One rank's counters of one step, in a form that travels as doubles.
 struct EpRankSummary {
-  double tokens = 0, pairs = 0, rows_sent = 0, row_bytes_sent = 0, pairs_received = 0;
+  double tokens = 0, pairs = 0, local_pairs = 0, rows_sent = 0, pairs_received = 0;
   double upper_bound_bytes = 0;
-  double dispatch_self = 0, dispatch_same_host = 0, dispatch_cross_host = 0;
-  double combine_self = 0, combine_same_host = 0, combine_cross_host = 0;
-  double rows_self = 0, rows_same_host = 0, rows_cross_host = 0;
+  double dispatch_same_host = 0, dispatch_cross_host = 0;
+  double combine_same_host = 0, combine_cross_host = 0;
+  double rows_self = 0, rows_same_host = 0, rows_cross_host = 0;  // token-row payload
   double min_slot_pairs = 0, max_slot_pairs = 0, num_slots = 0;
   double route_us = 0, dispatch_us = 0, experts_us = 0, shared_us = 0, combine_us = 0, sum_us = 0,
          total_us = 0;
