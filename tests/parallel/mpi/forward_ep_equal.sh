@@ -8,7 +8,7 @@ dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 "$moe" forward --checkpoint "$checkpoint" --input "$checkpoint/io.safetensors" \
   --output "$dir/single.safetensors" --threads 1
-mpirun --oversubscribe --bind-to none -np "$np" "$moe" forward --ep "$@" \
+"${MOE_MPIEXEC:-mpirun}" --oversubscribe --bind-to none -np "$np" "$moe" forward --ep "$@" \
   --checkpoint "$checkpoint" --input "$checkpoint/io.safetensors" \
   --output "$dir/ep.safetensors" --threads 1
 cmp "$dir/single.safetensors" "$dir/ep.safetensors"

@@ -13,7 +13,7 @@ bound_s=$(( timeout_ms / 1000 + 15 ))
 program_mode=${mode%-default}
 
 start=$(date +%s)
-output=$(timeout $(( bound_s + 30 ))s mpirun --oversubscribe --bind-to none -np "$np" "$@" \
+output=$(timeout $(( bound_s + 30 ))s "${MOE_MPIEXEC:-mpirun}" --oversubscribe --bind-to none -np "$np" "$@" \
   "$program" "$program_mode" "$victim" "$timeout_ms" 2>&1)
 status=$?
 elapsed=$(( $(date +%s) - start ))
