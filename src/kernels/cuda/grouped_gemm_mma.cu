@@ -11,27 +11,13 @@
 #include "kernels/cuda/bf16_math.cuh"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/grouped_gemm_launch.h"
+#include "kernels/cuda/tile_rows.cuh"
 
 namespace moe::cuda {
 namespace {
 
 constexpr int kTileK = 32;
 constexpr int kRowStride = kTileK + 8;  // padding keeps ldmatrix free of bank conflicts
-
-__device__ __forceinline__ uint32_t shared_address(const void* pointer) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(pointer));
-}
-
-// 16 bytes global -> shared, zero-filled when !valid (nothing is read then).
-__device__ __forceinline__ void copy16_async(void* shared, const void* global, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_address(shared)),
-               "l"(global), "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void commit_copies() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int kPending>
-__device__ __forceinline__ void wait_copies() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
-}
 
 __device__ __forceinline__ void load_matrix_x4(uint32_t (&r)[4], const void* shared) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
@@ -77,13 +63,7 @@ __global__ void __launch_bounds__(kWarpsM* kWarpsN * 32) mma_kernel(GroupedGemmA
   if (expert < 0 || expert >= a.num_local_experts) return;
 
   const int64_t K = a.k_dim, columns = a.out_columns;
-  for (int r = threadIdx.x; r < kBM; r += Tile::kThreads) {
-    const int64_t pair = a.sorted_pair_ids[block * kBM + r];
-    const bool valid = pair >= 0 && pair < a.num_pairs;
-    pair_of_row[r] = valid ? static_cast<int32_t>(pair) : -1;
-    input_row[r] = valid ? static_cast<int32_t>(pair / a.row_divisor) : -1;
-  }
-  __syncthreads();
+  load_block_rows<kBM, Tile::kThreads>(a, block, pair_of_row, input_row);
 
   const auto* input = static_cast<const __nv_bfloat16*>(a.input);
   const auto* expert_weights =
@@ -123,16 +103,16 @@ __global__ void __launch_bounds__(kWarpsM* kWarpsN * 32) mma_kernel(GroupedGemmA
       const int64_t k = k0 + c * 8;
       const int32_t source_row = input_row[r];
       const bool valid = source_row >= 0 && k < K;
-      copy16_async(a_stage + r * kRowStride + c * 8, valid ? input + source_row * K + k : input,
-                   valid);
+      copy16_async(shared_address(a_stage + r * kRowStride + c * 8),
+                   valid ? input + source_row * K + k : input, valid);
     }
 #pragma unroll
     for (int i = 0; i < Tile::kChunksB; ++i) {
       const int chunk = threadIdx.x + i * Tile::kThreads;
       const int j = chunk / (kTileK / 8), c = chunk % (kTileK / 8);
       const bool valid = b_valid[i] && k0 + c * 8 < K;
-      copy16_async(b_stage + j * kRowStride + c * 8, valid ? b_source[i] + k0 : expert_weights,
-                   valid);
+      copy16_async(shared_address(b_stage + j * kRowStride + c * 8),
+                   valid ? b_source[i] + k0 : expert_weights, valid);
     }
   };
 
@@ -211,13 +191,7 @@ __global__ void __launch_bounds__(kWarpsM* kWarpsN * 32) mma_kernel(GroupedGemmA
             v[e] = x * scale;
           }
         }
-        __nv_bfloat16* destination = out + pair * columns + column;
-        if (paired_stores && column + 1 < columns) {
-          *reinterpret_cast<__nv_bfloat162*>(destination) = __floats2bfloat162_rn(v[0], v[1]);
-        } else {
-          if (column < columns) destination[0] = __float2bfloat16(v[0]);
-          if (column + 1 < columns) destination[1] = __float2bfloat16(v[1]);
-        }
+        store_bf16_pair(out + pair * columns, column, columns, paired_stores, v[0], v[1]);
       }
     }
   }

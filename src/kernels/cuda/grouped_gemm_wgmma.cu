@@ -10,6 +10,7 @@
 #include "kernels/cuda/bf16_math.cuh"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/grouped_gemm_launch.h"
+#include "kernels/cuda/tile_rows.cuh"
 
 // wgmma exists only in the sm_90a target; other targets compile an empty body (never launched:
 // the host checks the device first).
@@ -38,15 +39,6 @@ struct WgmmaTile {
   static constexpr int kAccumulators = kTileN / 2;  // f32 per thread of a 64 x kTileN tile
   static_assert(kStages >= 3, "one stage computing, one landing, one being filled");
 };
-
-__device__ __forceinline__ uint32_t shared_address(const void* pointer) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(pointer));
-}
-
-__device__ __forceinline__ void copy16_async(uint32_t shared, const void* global, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared), "l"(global),
-               "r"(valid ? 16 : 0));
-}
 
 // Offset of 16-byte chunk c of row r in a 128-byte-swizzled K-major tile.
 __device__ __forceinline__ uint32_t swizzled(int row, int chunk) {
@@ -149,13 +141,7 @@ __global__ void __launch_bounds__(kWarpGroups * 128, 1) wgmma_kernel(GroupedGemm
   if (expert < 0 || expert >= a.num_local_experts) return;
 
   const int64_t K = a.k_dim, columns = a.out_columns;
-  for (int r = threadIdx.x; r < kBM; r += Tile::kThreads) {
-    const int64_t pair = a.sorted_pair_ids[block * kBM + r];
-    const bool valid = pair >= 0 && pair < a.num_pairs;
-    pair_of_row[r] = valid ? static_cast<int32_t>(pair) : -1;
-    input_row[r] = valid ? static_cast<int32_t>(pair / a.row_divisor) : -1;
-  }
-  __syncthreads();
+  load_block_rows<kBM, Tile::kThreads>(a, block, pair_of_row, input_row);
 
   const auto* input = static_cast<const __nv_bfloat16*>(a.input);
   const auto* expert_weights =
@@ -209,16 +195,16 @@ __global__ void __launch_bounds__(kWarpGroups * 128, 1) wgmma_kernel(GroupedGemm
 #pragma unroll
   for (int s = 0; s < kAhead; ++s) {
     if (s < k_tiles) load_stage(s, s * kTileK);
-    asm volatile("cp.async.commit_group;\n" ::);
+    commit_copies();
   }
   for (int64_t kt = 0; kt < k_tiles; ++kt) {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(kAhead - 1));
+    wait_copies<kAhead - 1>();
     // cp.async wrote through the generic proxy; wgmma reads through the async proxy.
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
     __syncthreads();
     const int64_t next = kt + kAhead;
     if (next < k_tiles) load_stage(static_cast<int>(next % kStages), next * kTileK);
-    asm volatile("cp.async.commit_group;\n" ::);
+    commit_copies();
 
     const uint32_t a_stage = base + static_cast<int>(kt % kStages) * Tile::kStageBytes;
     const uint32_t a_tile = a_stage + warp_group * kWarpGroupRows * kRowBytes;
@@ -237,7 +223,7 @@ __global__ void __launch_bounds__(kWarpGroups * 128, 1) wgmma_kernel(GroupedGemm
     asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
   }
   asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-  asm volatile("cp.async.wait_group 0;\n" ::);
+  wait_copies<0>();
 
   // Accumulator i of a thread: row 16 * warp + lane / 4 (+ 8 for i % 4 >= 2), column
   // 8 * (i / 4) + 2 * (lane % 4) + i % 2, within this warpgroup's 64 x kTileN tile.
@@ -264,13 +250,7 @@ __global__ void __launch_bounds__(kWarpGroups * 128, 1) wgmma_kernel(GroupedGemm
           v[e] = x * scale;
         }
       }
-      __nv_bfloat16* destination = out + pair * columns + column;
-      if (paired_stores && column + 1 < columns) {
-        *reinterpret_cast<__nv_bfloat162*>(destination) = __floats2bfloat162_rn(v[0], v[1]);
-      } else {
-        if (column < columns) destination[0] = __float2bfloat16(v[0]);
-        if (column + 1 < columns) destination[1] = __float2bfloat16(v[1]);
-      }
+      store_bf16_pair(out + pair * columns, column, columns, paired_stores, v[0], v[1]);
     }
   }
 #endif
