@@ -4,6 +4,7 @@
 // supported paths and the emulated ones), and once through the public call, whose path
 // MOE_CPU_ISA can force.
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -288,6 +289,31 @@ TEST(FusedExperts, ATokensResultDoesNotDependOnItsBatch) {
     const Tensor all = run_cpu_kernels(full, set.kernels, 2);
     const Tensor head = run_cpu_kernels(few, set.kernels, 2);
     EXPECT_EQ(std::memcmp(all.data<void>(), head.data<void>(), bytes), 0) << set.name;
+  }
+}
+
+TEST(FusedExperts, EveryFmaPathGivesTheSameBits) {
+  // avx2 and avx512 (real, or its logic compiled for AVX2) add each output's products in the same
+  // order, one fused multiply-add at a time: only their register width differs.
+  if (!cpu_isa_supported(CpuIsa::kAvx2)) GTEST_SKIP() << "needs AVX2";
+  for (DType weights : {DType::kBF16, DType::kF16, DType::kF32}) {
+    ExpertsCase c;
+    c.num_tokens = 40;
+    c.hidden_size = 75;
+    c.intermediate_size = 40;
+    c.num_experts = 6;
+    c.top_k = 2;
+    c.weight_dtype = weights;
+    c.routing = Routing::kSkewed;
+    c.seed = 17;
+    SCOPED_TRACE(c.describe());
+    const ExpertsInputs in = make_inputs(c);
+    const Tensor avx2 = run_cpu_kernels(in, cpu::expert_kernels(CpuIsa::kAvx2, weights), 2);
+    for (const KernelSet& set : runnable_kernel_sets(weights)) {
+      if (set.name != "avx512" && set.name != "avx512-logic-on-avx2") continue;
+      const Tensor other = run_cpu_kernels(in, set.kernels, 2);
+      EXPECT_EQ(std::memcmp(avx2.data<void>(), other.data<void>(), avx2.nbytes()), 0) << set.name;
+    }
   }
 }
 

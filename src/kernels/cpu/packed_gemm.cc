@@ -139,24 +139,36 @@ void plain_epilogue(const PackedGemmArgs& args, const ExpertRows& chunk, int64_t
   }
 }
 
-// Asks for [begin, begin + bytes) to be brought into L2 while the current block is computed.
-void prefetch_to_l2(const uint8_t* begin, int64_t bytes) {
-  for (int64_t offset = 0; offset < bytes; offset += kCacheLine) {
-    __builtin_prefetch(begin + offset, 0, 2);
+// The weights of one k block: the same slice of both panels of a pair.
+struct BlockSpan {
+  const uint8_t* panel0 = nullptr;
+  const uint8_t* panel1 = nullptr;
+  int64_t bytes = 0;  // of each panel; 0 = nothing
+};
+
+// Asks for part `part` of `parts` of the span's cache lines to be brought into L2. The driver
+// spreads the next block's lines over the current block's row blocks, so the requests trickle out
+// beside the arithmetic instead of stalling it in one burst.
+void prefetch_part(const BlockSpan& span, int64_t part, int64_t parts) {
+  const int64_t lines = span.bytes / kCacheLine;
+  for (int64_t line = lines * part / parts; line < lines * (part + 1) / parts; ++line) {
+    __builtin_prefetch(span.panel0 + line * kCacheLine, 0, 2);
+    __builtin_prefetch(span.panel1 + line * kCacheLine, 0, 2);
   }
 }
 
 // Streams the item's pairs from memory once: each k block of a pair is multiplied with every row
 // block of the chunk while it sits in L1, the sums wait in acc, and the epilogue runs once the
-// pair's last k block is done. The next k block is prefetched meanwhile: the row blocks of the
-// chunk give memory the time to deliver it.
+// pair's last k block is done. Meanwhile the next k block (or the next pair's first) is
+// prefetched to L2: the chunk's row blocks give memory the time to deliver it.
 void run_item(const PackedGemmArgs& args, const ExpertKernels& kernels, const ExpertRows& chunk,
               const WorkItem& item, const BufferShape& s, const ThreadBuffers& b) {
   const PackedLayout& layout = args.layout;
   const TileKernel& kernel = kernels.tile;
   const uint8_t* expert = args.experts[chunk.expert];
   const int64_t k_step = k_block(layout);
-  const int64_t panel_bytes_per_k = kPanelWidth * static_cast<int64_t>(dtype_size(layout.dtype));
+  const int64_t bytes_per_k = kPanelWidth * static_cast<int64_t>(dtype_size(layout.dtype));
+  const int64_t row_blocks = (chunk.num_rows + kernel.max_rows - 1) / kernel.max_rows;
   for (int64_t pair = item.pair_begin; pair < item.pair_end; ++pair) {
     TileArgs t;
     t.a_stride = s.a_stride;
@@ -167,15 +179,18 @@ void run_item(const PackedGemmArgs& args, const ExpertKernels& kernels, const Ex
       t.k_begin = k0;
       t.k_end = std::min(k0 + k_step, layout.k_padded);
       t.accumulate = k0 > 0;
-      // The next k block of both panels, or the start of the next pair.
-      const int64_t next = t.k_end * panel_bytes_per_k;
+      BlockSpan next;
       if (t.k_end < layout.k_padded) {
-        prefetch_to_l2(panel0 + next, k_step * panel_bytes_per_k);
-        prefetch_to_l2(panel0 + t.panel_bytes + next, k_step * panel_bytes_per_k);
+        next.panel0 = panel0 + t.k_end * bytes_per_k;
+        next.bytes = (std::min(t.k_end + k_step, layout.k_padded) - t.k_end) * bytes_per_k;
       } else if (pair + 1 < item.pair_end) {
-        prefetch_to_l2(panel0 + layout.pair_bytes(), 2 * k_step * panel_bytes_per_k);
+        next.panel0 = panel0 + layout.pair_bytes();
+        next.bytes = std::min(k_step, layout.k_padded) * bytes_per_k;
       }
-      for (int64_t r0 = 0; r0 < chunk.num_rows; r0 += t.rows) {
+      next.panel1 = next.panel0 + t.panel_bytes;
+      for (int64_t block = 0; block < row_blocks; ++block) {
+        const int64_t r0 = block * kernel.max_rows;
+        if (next.bytes > 0) prefetch_part(next, block, row_blocks);
         t.rows = std::min(kernel.max_rows, chunk.num_rows - r0);
         t.a = b.rows + r0 * s.row_bytes;
         t.acc = b.acc + r0 * kPairWidth;
