@@ -23,7 +23,8 @@ class Checkpoint {
   // does, model.safetensors when it exists, else the shards named by model.safetensors.index.json
   // ({"weight_map": {tensor: file}}). Throws moe::Error naming the file at fault: a missing
   // config.json or weights file, an index that is not JSON or whose weight_map is not an object of
-  // file names in the folder, a shard that is not a valid safetensors file.
+  // file names in the folder, a shard that is not a valid safetensors file, a quantization_config
+  // whose quant_method is neither "fp8" nor "mxfp4" or whose fp8 fmt is not "e4m3".
   static Checkpoint open(const std::string& dir);
 
   Checkpoint(Checkpoint&&) noexcept = default;
@@ -67,12 +68,16 @@ class Checkpoint {
 // checkpoints have it): per-expert projections (experts.E.gate_proj/up_proj/down_proj.weight, or
 // Mixtral's w1/w3/w2) and fused 3-D ones (experts.gate_up_proj and experts.down_proj), in the
 // orientation of that family: [E, 2I, H] and [E, H, I] like the engine, transposed for Llama-4, and
-// transposed with gate and up interleaved for gpt-oss. f8_e4m3 weights come with a block scale
-// tensor named like them plus "_scale_inv" and are dequantized here: value = fp8 * scale.
+// transposed with gate and up interleaved for gpt-oss. Quantized weights are dequantized here,
+// once: f8_e4m3 weights (DeepSeek-V3, Qwen3 FP8) come with a block scale tensor named like them
+// plus "_scale_inv", and value = fp8 * scale; MXFP4 experts (gpt-oss as published) are
+// experts.gate_up_proj_blocks / down_proj_blocks [E, out, in / 32, 16] u8, two e2m1 values per
+// byte (low nibble first), with experts.*_scales [E, out, in / 32] u8 e8m0 exponents, and value =
+// e2m1 * 2^(scale - 127).
 //
 // Throws moe::Error when the layer is out of range or dense (listing the MoE layers), and naming
 // the tensor and its file when a tensor is missing, has the wrong shape or a dtype other than a
-// float one.
+// float one (u8 for MXFP4 blocks and scales).
 LayerWeights load_moe_layer(const Checkpoint& checkpoint, int64_t layer, DType dtype);
 
 }  // namespace moe

@@ -52,8 +52,11 @@ Json read_json_object(const fs::path& path) {
   return root;
 }
 
-// quantization_config.weight_block_size of an fp8 checkpoint ([rows, cols] of one scale block);
-// 128 x 128 when the config has none, which is what DeepSeek-V3 uses.
+// The part of config.json's quantization_config that loading depends on: the method, which must be
+// one whose tensors load_moe_layer decodes, and for fp8 the format and the scale block ([rows,
+// cols], 128 x 128 when the config gives none, which is what DeepSeek-V3 uses). Other fields
+// (activation_scheme, modules_to_not_convert) say how a runtime treats activations or which
+// modules stayed unquantized, which the tensors' own dtypes already tell.
 std::array<int64_t, 2> read_fp8_block(const fs::path& config_path) {
   const Json root = read_json_object(config_path);
   const auto quantization = root.find("quantization_config");
@@ -64,6 +67,19 @@ std::array<int64_t, 2> read_fp8_block(const fs::path& config_path) {
          describe_json(*quantization));
   }
   const JsonFields fields(*quantization, source, "quantization_config.");
+  // Without a quant_method the tensors' dtypes decide, and a weight_block_size is still read.
+  const std::string method = fields.string_or("quant_method", "");
+  if (method == "mxfp4") return {128, 128};  // MXFP4 groups are fixed at 32; no block to read
+  if (!method.empty() && method != "fp8") {
+    fields.fail_field("quant_method",
+                      "\"fp8\" (f8_e4m3 weights with block scales) or \"mxfp4\" (gpt-oss "
+                      "experts); other quantized checkpoints are not supported",
+                      fmt::format("\"{}\"", method));
+  }
+  const std::string format = fields.string_or("fmt", "e4m3");
+  if (format != "e4m3") {
+    fields.fail_field("fmt", "\"e4m3\" (f8_e4m3 weights)", fmt::format("\"{}\"", format));
+  }
   const std::vector<int64_t> block = fields.integer_list_or_empty("weight_block_size");
   if (block.empty()) return {128, 128};
   if (block.size() != 2 || block[0] <= 0 || block[1] <= 0) {

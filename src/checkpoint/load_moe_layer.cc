@@ -126,13 +126,23 @@ class PlacementList {
     }
   }
 
+  // The MXFP4 pair <name>_blocks / <name>_scales of logical shape `stored` [E, out, in].
+  void add_mxfp4(const std::string& name, const Shape& stored, const char* meaning,
+                 const Orientation& orientation, Tensor& dst) {
+    int64_t offset = 0;
+    for (StoredMatrix& matrix : mxfp4_matrices(checkpoint_, name, stored, meaning)) {
+      placements_.push_back({std::move(matrix), orientation, &dst, offset});
+      offset += orientation.out_rows * orientation.in_cols;
+    }
+  }
+
   // A [E, 2I] bias whose rows interleave gate and up: each row is placed on its own, as a
   // transposed [1, 2I] matrix, so that the row permutation applies along 2I.
   void add_interleaved_rows(const std::string& name, const Shape& stored, const char* meaning,
                             Tensor& dst) {
     const int64_t rows = stored[0], cols = stored[1];
     const StoredMatrix whole = stored_matrices(checkpoint_, name, stored, meaning).front();
-    if (!whole.scale_inv.empty()) {
+    if (whole.encoding != StoredEncoding::kFloat) {
       fail("tensor \"{}\" in {}: fp8 biases are not supported", name, checkpoint_.file_of(name));
     }
     const size_t row_bytes = static_cast<size_t>(cols) * dtype_size(whole.values.dtype);
@@ -179,22 +189,16 @@ LayerWeights load_moe_layer(const Checkpoint& checkpoint, int64_t layer, DType d
 
   w.w13 = Tensor(dtype, {E, 2 * I, H});
   w.w2 = Tensor(dtype, {E, H, I});
-  if (names.fused()) {
+  if (names.mxfp4) {
+    list.add_mxfp4(names.fused_gate_up, {E, 2 * I, H}, "[E, 2I, H]",
+                   {2 * I, H, false, names.interleaved}, w.w13);
+    list.add_mxfp4(names.fused_down, {E, H, I}, "[E, H, I]", {H, I, false, false}, w.w2);
+  } else if (names.fused()) {
     const bool t = names.transposed;
     list.add(names.fused_gate_up, t ? Shape{E, H, 2 * I} : Shape{E, 2 * I, H},
              t ? "[E, H, 2I]" : "[E, 2I, H]", {2 * I, H, t, names.interleaved}, w.w13);
     list.add(names.fused_down, t ? Shape{E, I, H} : Shape{E, H, I}, t ? "[E, I, H]" : "[E, H, I]",
              {H, I, t, false}, w.w2);
-    if (!names.fused_gate_up_bias.empty()) {
-      w.w13_bias = Tensor(DType::kF32, {E, 2 * I});
-      w.w2_bias = Tensor(DType::kF32, {E, H});
-      if (names.interleaved) {
-        list.add_interleaved_rows(names.fused_gate_up_bias, {E, 2 * I}, "[E, 2I]", w.w13_bias);
-      } else {
-        list.add(names.fused_gate_up_bias, {E, 2 * I}, "[E, 2I]", {E, 2 * I}, w.w13_bias);
-      }
-      list.add(names.fused_down_bias, {E, H}, "[E, H]", {E, H}, w.w2_bias);
-    }
   } else {
     for (int64_t e = 0; e < E; ++e) {
       list.add(names.expert(e, names.gate_proj), {I, H}, "[I, H]", {I, H}, w.w13, e * 2 * I * H);
@@ -202,6 +206,17 @@ LayerWeights load_moe_layer(const Checkpoint& checkpoint, int64_t layer, DType d
                e * 2 * I * H + I * H);
       list.add(names.expert(e, names.down_proj), {H, I}, "[H, I]", {H, I}, w.w2, e * H * I);
     }
+  }
+
+  if (!names.fused_gate_up_bias.empty()) {  // fused experts only, MXFP4 ones included
+    w.w13_bias = Tensor(DType::kF32, {E, 2 * I});
+    w.w2_bias = Tensor(DType::kF32, {E, H});
+    if (names.interleaved) {
+      list.add_interleaved_rows(names.fused_gate_up_bias, {E, 2 * I}, "[E, 2I]", w.w13_bias);
+    } else {
+      list.add(names.fused_gate_up_bias, {E, 2 * I}, "[E, 2I]", {E, 2 * I}, w.w13_bias);
+    }
+    list.add(names.fused_down_bias, {E, H}, "[E, H]", {E, H}, w.w2_bias);
   }
 
   if (!names.shared_prefix.empty()) {

@@ -10,6 +10,10 @@
 //     columns, then up) and down_proj [E, I, H], feed_forward.shared_expert.*.
 //   gpt-oss: mlp.router.weight and .bias, mlp.experts.gate_up_proj [E, H, 2I] with gate and up
 //     interleaved, gate_up_proj_bias [E, 2I] likewise, down_proj [E, I, H], down_proj_bias [E, H].
+//     As published, MXFP4: mlp.experts.gate_up_proj_blocks [E, 2I, H / 32, 16] and _scales
+//     [E, 2I, H / 32] (rows still interleaved), down_proj_blocks [E, H, I / 32, 16] and _scales;
+//     transformers' dequantization (integrations/mxfp4.py) yields [E, out, in] and transposes
+//     it to the [E, in, out] above.
 #include "checkpoint/moe_tensor_names.h"
 
 #include <optional>
@@ -83,7 +87,8 @@ MoeTensorNames find_moe_tensor_names(const Checkpoint& checkpoint, int64_t layer
   }
 
   const std::string experts = located->block + "experts.";
-  if (checkpoint.contains(experts + "gate_up_proj")) {
+  const bool mxfp4 = checkpoint.contains(experts + "gate_up_proj_blocks");
+  if (mxfp4 || checkpoint.contains(experts + "gate_up_proj")) {
     names.fused_gate_up = experts + "gate_up_proj";
     names.fused_down = experts + "down_proj";
     if (config.experts.has_bias) {
@@ -91,11 +96,10 @@ MoeTensorNames find_moe_tensor_names(const Checkpoint& checkpoint, int64_t layer
       names.fused_down_bias = experts + "down_proj_bias";
     }
     set_fused_orientation(config.model_type, names);
-  } else if (checkpoint.contains(experts + "gate_up_proj_blocks")) {
-    fail(
-        "layer {}: checkpoint {} stores its experts MXFP4-quantized ({}gate_up_proj_blocks and "
-        "_scales), which is not supported; use a bf16 checkpoint",
-        layer, checkpoint.dir(), experts);
+    if (mxfp4) {
+      names.mxfp4 = true;
+      names.transposed = false;  // blocks are [E, out, in] in every family
+    }
   } else if (checkpoint.contains(experts + "0.gate_proj.weight")) {
     names.expert_prefix = experts;
     names.gate_proj = "gate_proj";
@@ -108,9 +112,9 @@ MoeTensorNames find_moe_tensor_names(const Checkpoint& checkpoint, int64_t layer
     names.down_proj = "w2";
   } else {
     fail(
-        "layer {}: no experts in checkpoint {}; looked for {}gate_up_proj, {}0.gate_proj.weight "
-        "and {}0.w1.weight",
-        layer, checkpoint.dir(), experts, experts, experts);
+        "layer {}: no experts in checkpoint {}; looked for {}gate_up_proj, {}gate_up_proj_blocks "
+        "(MXFP4), {}0.gate_proj.weight and {}0.w1.weight",
+        layer, checkpoint.dir(), experts, experts, experts, experts);
   }
   if (config.experts.has_bias && !names.fused()) {
     fail(

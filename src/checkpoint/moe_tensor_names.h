@@ -26,6 +26,9 @@ struct MoeTensorNames {
   std::string fused_down_bias;     // [E, H]
   bool transposed = false;
   bool interleaved = false;
+  // MXFP4 experts: fused_gate_up and fused_down name the pairs <name>_blocks and <name>_scales,
+  // which hold [E, 2I, H] and [E, H, I] (out, in) whatever the family; `transposed` is false.
+  bool mxfp4 = false;
 
   // Per-expert experts: expert_prefix + e + "." + gate_proj / up_proj / down_proj + ".weight",
   // nn.Linear weights [I, H], [I, H] and [H, I].

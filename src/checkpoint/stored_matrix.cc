@@ -1,6 +1,8 @@
-// Checks on checkpoint tensors, and their conversion to f32 with fp8 block dequantization.
+// Checks on checkpoint tensors, and their conversion to f32 with fp8 block dequantization and
+// MXFP4 decoding.
 #include "checkpoint/stored_matrix.h"
 
+#include "checkpoint/mxfp4.h"
 #include "moe/dtype.h"
 #include "moe/error.h"
 
@@ -10,9 +12,11 @@ namespace {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// Matrix `index` of a contiguous [n, rows, cols] tensor.
+// Matrix `index` of a contiguous [n, rows, ...] tensor, its trailing dimensions flattened.
 TensorView slice(const TensorView& t, int64_t index) {
-  const int64_t rows = t.shape[1], cols = t.shape[2];
+  const int64_t rows = t.shape[1];
+  int64_t cols = 1;
+  for (size_t d = 2; d < t.shape.size(); ++d) cols *= t.shape[d];
   char* first = static_cast<char*>(t.data) + index * rows * cols * dtype_size(t.dtype);
   return TensorView(first, t.dtype, {rows, cols});
 }
@@ -78,34 +82,101 @@ std::vector<StoredMatrix> stored_matrices(const Checkpoint& checkpoint, const st
   TensorView scales;
   if (values.dtype == DType::kF8E4M3) scales = scales_of(checkpoint, name, values);
 
+  const StoredEncoding encoding =
+      scales.empty() ? StoredEncoding::kFloat : StoredEncoding::kFp8Blocks;
+  const std::array<int64_t, 2> block =
+      scales.empty() ? std::array<int64_t, 2>{0, 0} : checkpoint.fp8_block();
   std::vector<StoredMatrix> matrices;
   if (values.dim() == 3) {
     for (int64_t i = 0; i < values.shape[0]; ++i) {
-      matrices.push_back({slice(values, i), scales.empty() ? TensorView() : slice(scales, i),
-                          checkpoint.fp8_block()});
+      matrices.push_back(
+          {encoding, slice(values, i), scales.empty() ? TensorView() : slice(scales, i), block});
     }
   } else {
-    matrices.push_back({as_matrix(values), scales, checkpoint.fp8_block()});
+    matrices.push_back({encoding, as_matrix(values), scales, block});
   }
   return matrices;
 }
 
-void dequantize(const StoredMatrix& matrix, float* out) {
+std::vector<StoredMatrix> mxfp4_matrices(const Checkpoint& checkpoint, const std::string& name,
+                                         const Shape& expected, const char* meaning) {
+  const int64_t experts = expected[0], rows = expected[1], cols = expected[2];
+  if (cols % kMxfp4GroupSize != 0) {
+    fail(
+        "tensor \"{}\" in checkpoint {}: MXFP4 with an input dimension of {} ({}); expected a "
+        "multiple of {}, the MXFP4 group size",
+        name, checkpoint.dir(), cols, meaning, kMxfp4GroupSize);
+  }
+  const int64_t groups = cols / kMxfp4GroupSize;
+  // Both tensors are read as bytes, so anything but u8 (an f32 dequantized copy saved under the
+  // quantized name, say) is refused rather than reinterpreted.
+  const auto checked = [&](const std::string& tensor, const Shape& shape, const char* what) {
+    const TensorView view = checkpoint.tensor(tensor);  // throws naming the tensor when missing
+    const std::string file = checkpoint.file_of(tensor);
+    if (view.dtype != DType::kU8) {
+      fail("tensor \"{}\" in {}: dtype {}; expected u8 MXFP4 {}", tensor, file,
+           dtype_name(view.dtype), what);
+    }
+    if (view.shape != shape) {
+      fail("tensor \"{}\" in {}: expected shape {} (MXFP4 {} of {} {}); got {}", tensor, file,
+           shape_string(shape), what, name, meaning, shape_string(view.shape));
+    }
+    return view;
+  };
+  const TensorView blocks = checked(name + "_blocks", {experts, rows, groups, kMxfp4BytesPerGroup},
+                                    "blocks [E, out, in / 32, 16], two e2m1 codes per byte");
+  const TensorView scales =
+      checked(name + "_scales", {experts, rows, groups}, "scales [E, out, in / 32], e8m0");
+  std::vector<StoredMatrix> matrices;
+  for (int64_t e = 0; e < experts; ++e) {
+    matrices.push_back({StoredEncoding::kMxfp4, slice(blocks, e), slice(scales, e), {0, 0}});
+  }
+  return matrices;
+}
+
+namespace {
+
+void dequantize_fp8_blocks(const StoredMatrix& matrix, float* out) {
   const int64_t rows = matrix.rows(), cols = matrix.cols();
   convert_to_f32(matrix.values.data, matrix.values.dtype, out, static_cast<size_t>(rows * cols));
-  if (matrix.scale_inv.empty()) return;
-  const int64_t scale_cols = matrix.scale_inv.shape[1];
-  const size_t scale_row_bytes =
-      static_cast<size_t>(scale_cols) * dtype_size(matrix.scale_inv.dtype);
+  const int64_t scale_cols = matrix.scales.shape[1];
+  const size_t scale_row_bytes = static_cast<size_t>(scale_cols) * dtype_size(matrix.scales.dtype);
   std::vector<float> scales(static_cast<size_t>(scale_cols));
   for (int64_t r = 0; r < rows; ++r) {
     if (r % matrix.block[0] == 0) {
       const char* scale_row =
-          static_cast<const char*>(matrix.scale_inv.data) + (r / matrix.block[0]) * scale_row_bytes;
-      convert_to_f32(scale_row, matrix.scale_inv.dtype, scales.data(), scales.size());
+          static_cast<const char*>(matrix.scales.data) + (r / matrix.block[0]) * scale_row_bytes;
+      convert_to_f32(scale_row, matrix.scales.dtype, scales.data(), scales.size());
     }
     float* row = out + r * cols;
     for (int64_t c = 0; c < cols; ++c) row[c] *= scales[static_cast<size_t>(c / matrix.block[1])];
+  }
+}
+
+void dequantize_mxfp4(const StoredMatrix& matrix, float* out) {
+  const int64_t rows = matrix.rows(), cols = matrix.cols();
+  const int64_t row_bytes = matrix.values.shape[1], row_scales = matrix.scales.shape[1];
+  const auto* packed = static_cast<const uint8_t*>(matrix.values.data);
+  const auto* scales = static_cast<const uint8_t*>(matrix.scales.data);
+  for (int64_t r = 0; r < rows; ++r) {
+    dequantize_mxfp4_row(packed + r * row_bytes, scales + r * row_scales, cols, out + r * cols);
+  }
+}
+
+}  // namespace
+
+void dequantize(const StoredMatrix& matrix, float* out) {
+  switch (matrix.encoding) {
+    case StoredEncoding::kFloat:
+      convert_to_f32(matrix.values.data, matrix.values.dtype, out,
+                     static_cast<size_t>(matrix.rows() * matrix.cols()));
+      return;
+    case StoredEncoding::kFp8Blocks:
+      dequantize_fp8_blocks(matrix, out);
+      return;
+    case StoredEncoding::kMxfp4:
+      dequantize_mxfp4(matrix, out);
+      return;
   }
 }
 

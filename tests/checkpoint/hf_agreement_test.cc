@@ -3,6 +3,10 @@
 // MoE block of one layer on random hidden states, saving input, output and expert ids in
 // io.safetensors. Here the engine loads the same checkpoint and must reproduce them.
 //
+// The quantized families (deepseek_v3_fp8: fp8 weights with 128 x 128 block scales;
+// gpt_oss_mxfp4: MXFP4 experts) are checkpoints in the published layout that transformers loads
+// with dequantize=True; both sides decode the weights exactly to f32 and compute in f32 from there.
+//
 // Tolerance: both sides compute in f32 from the same f32 weights; the engine's f32 kernels and
 // its f64 reference differ from PyTorch's f32 only by rounding of sums of H or I products of
 // unit-scale values, a few 1e-7 relative, so 1e-5 of the output's largest magnitude leaves a wide
@@ -85,7 +89,9 @@ TEST_P(HfAgreement, MoeBlockMatchesTransformers) {
   const fs::path dir = root / GetParam().family;
   if (!fs::exists(dir / "io.safetensors")) {
     GTEST_SKIP() << (dir / "io.safetensors").string() << " is absent: the data script made no "
-                 << GetParam().family << " case";
+                 << GetParam().family
+                 << " case; make it with scripts/make-hf-agreement-data --only "
+                 << GetParam().family << " where torch and transformers are installed";
   }
   const Checkpoint checkpoint = Checkpoint::open(dir.string());
   const MoeConfig& config = checkpoint.config();
@@ -161,8 +167,9 @@ TEST_P(HfAgreement, MoeBlockMatchesTransformers) {
 // The families the data script makes; the _fused ones exist when it ran with transformers 5.
 std::vector<Case> all_cases() {
   std::vector<Case> cases;
-  for (const char* family : {"qwen3_moe", "qwen3_moe_fused", "qwen2_moe", "mixtral",
-                             "mixtral_fused", "olmoe", "deepseek_v3", "llama4", "gpt_oss"}) {
+  for (const char* family :
+       {"qwen3_moe", "qwen3_moe_fused", "qwen2_moe", "mixtral", "mixtral_fused", "olmoe",
+        "deepseek_v3", "deepseek_v3_fp8", "llama4", "gpt_oss", "gpt_oss_mxfp4"}) {
     for (Backend backend : {Backend::kReference, Backend::kCpu}) cases.push_back({family, backend});
   }
   return cases;
