@@ -5,7 +5,7 @@
 // thread holds gate and up of the same output element and SiLU-and-multiply happens in registers:
 // cache1 is never written. gemm2 scales by the router weight in its epilogue.
 //
-// This runs on sm_80 and later; Hopper's wgmma/TMA path is the faster one still to come.
+// This runs on sm_80 and later; Hopper has its own (grouped_gemm_wgmma.cu, grouped_gemm_tma.cu).
 #include <cuda_bf16.h>
 
 #include "kernels/cuda/bf16_math.cuh"
