@@ -31,15 +31,17 @@ std::string why_malformed(const cuda::ExpertsPlan& plan) {
       if (cuda::mma_supports_block_m(plan.block_m)) return {};
       return fmt::format("the mma kernel takes block_m 16, 32, 64 or 128; got {}", plan.block_m);
     case cuda::GemmKernel::kWgmma:
+    case cuda::GemmKernel::kTma:
       if (cuda::wgmma_supports_block_m(plan.block_m)) return {};
-      return fmt::format("the wgmma kernel takes block_m 64 or 128; got {}", plan.block_m);
+      return fmt::format("the {} kernel takes block_m 64 or 128; got {}", kernel_name(plan.kernel),
+                         plan.block_m);
   }
   return fmt::format("unsupported kernel: {}", static_cast<int>(plan.kernel));
 }
 
 bool parse_kernel(std::string_view name, cuda::GemmKernel& kernel) {
-  for (const cuda::GemmKernel candidate :
-       {cuda::GemmKernel::kStream, cuda::GemmKernel::kMma, cuda::GemmKernel::kWgmma}) {
+  for (const cuda::GemmKernel candidate : {cuda::GemmKernel::kStream, cuda::GemmKernel::kMma,
+                                           cuda::GemmKernel::kWgmma, cuda::GemmKernel::kTma}) {
     if (name == kernel_name(candidate)) {
       kernel = candidate;
       return true;
@@ -72,7 +74,7 @@ cuda::ExpertsPlan parse_entry(const nlohmann::json& entry, const std::string& ke
   cuda::ExpertsPlan plan;
   const std::string kernel = fields.string("kernel");
   if (!parse_kernel(kernel, plan.kernel)) {
-    fields.fail_field("kernel", "stream, mma or wgmma", fmt::format("\"{}\"", kernel));
+    fields.fail_field("kernel", "stream, mma, wgmma or tma", fmt::format("\"{}\"", kernel));
   }
   plan.block_m = fields.positive("block_m");
   plan.tiny_batch = fields.boolean_or("tiny_batch", false);
@@ -91,6 +93,8 @@ std::string_view kernel_name(cuda::GemmKernel kernel) {
       return "mma";
     case cuda::GemmKernel::kWgmma:
       return "wgmma";
+    case cuda::GemmKernel::kTma:
+      return "tma";
   }
   return "unknown";
 }
@@ -108,7 +112,8 @@ cuda::ExpertsPlan parse_plan_name(std::string_view name) {
   const bool known_kernel = plan.tiny_batch || parse_kernel(kernel, plan.kernel);
   if (slash == std::string_view::npos || !known_kernel ||
       !parse_count(name.substr(slash + 1), plan.block_m)) {
-    fail("plan \"{}\": expected <kernel>/<block_m> with kernel tiny, stream, mma or wgmma", name);
+    fail("plan \"{}\": expected <kernel>/<block_m> with kernel tiny, stream, mma, wgmma or tma",
+         name);
   }
   if (plan.tiny_batch) plan.kernel = cuda::GemmKernel::kStream;
   const std::string reason = why_malformed(plan);

@@ -1,7 +1,6 @@
 // fused_experts on the GPU against the reference backend (f64 loops on the same bf16 inputs):
 // relative error under 1e-2 for every plan (stream kernel at each row count, tensor cores at
 // each tile height, the tiny-batch path), over random shapes, skew, expert maps and M = 0, 1.
-#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <random>
@@ -12,6 +11,7 @@
 #include "experts/experts_case.h"
 #include "kernels/cuda/fused_experts.h"
 #include "moe/experts.h"
+#include "ops/cuda_plan_table.h"
 #include "ops/experts_validation.h"
 
 namespace moe {
@@ -81,7 +81,9 @@ std::vector<cuda::ExpertsPlan> plans_for(const ExpertsCase& c) {
     for (int64_t block_m : {16, 32, 64, 128})
       plans.push_back({cuda::GemmKernel::kMma, block_m, false});
     if (cuda::wgmma_available()) {
-      for (int64_t block_m : {64, 128}) plans.push_back({cuda::GemmKernel::kWgmma, block_m, false});
+      for (const cuda::GemmKernel kernel : {cuda::GemmKernel::kWgmma, cuda::GemmKernel::kTma}) {
+        for (int64_t block_m : {64, 128}) plans.push_back({kernel, block_m, false});
+      }
     }
   }
   if (!c.expert_map) plans.push_back({cuda::GemmKernel::kStream, 1, true});
@@ -110,7 +112,14 @@ TEST_F(CudaFusedExperts, EveryPlanMatchesTheReference) {
   one_expert.routing = testing::Routing::kAllToOneExpert;
   ExpertsCase mapped = bf16_case(90, 96, 40, 12, 4, 12);
   mapped.expert_map = true;
-  cases.insert(cases.end(), {skewed, one_expert, mapped});
+  // More tiles than a GPU has multiprocessors, so each block of the persistent tma kernel walks
+  // several and its stage ring wraps across tiles; K (264, 136) and output columns (136, 264)
+  // one 8-wide step past a multiple of 64 and 128: tails in every tile dimension.
+  ExpertsCase many_tiles = bf16_case(1500, 264, 136, 24, 6, 13);
+  ExpertsCase many_tiles_mapped = bf16_case(1100, 264, 136, 24, 6, 14);
+  many_tiles_mapped.routing = testing::Routing::kSkewed;
+  many_tiles_mapped.expert_map = true;
+  cases.insert(cases.end(), {skewed, one_expert, mapped, many_tiles, many_tiles_mapped});
   std::mt19937_64 rng(7);
   for (int i = 0; i < 12; ++i) {
     const int64_t E = 1 + rng() % 40;
@@ -125,11 +134,7 @@ TEST_F(CudaFusedExperts, EveryPlanMatchesTheReference) {
     const Tensor want = testing::run_reference_f32(in);
     expect_close(Tensor::copy_of(run_public(in), DType::kF32), want, "default plan");
     for (const cuda::ExpertsPlan& plan : plans_for(c)) {
-      const char* kernel = plan.kernel == cuda::GemmKernel::kMma     ? "mma"
-                           : plan.kernel == cuda::GemmKernel::kWgmma ? "wgmma"
-                                                                     : "stream";
-      const std::string what =
-          fmt::format("{} block_m {}{}", kernel, plan.block_m, plan.tiny_batch ? " tiny" : "");
+      const std::string what = cuda_plans::plan_name(plan);
       expect_close(Tensor::copy_of(run_plan(in, plan), DType::kF32), want, what);
     }
   }

@@ -140,9 +140,10 @@ TEST_F(CudaPlanChoice, BadFoldersAndFilesAreNamedInTheError) {
                  {(fs::path(folder) / name).string(), "expected a plan table named E=<experts>"});
   }
 
-  const std::string folder = write("content", small_table_name(), R"({"1": {"kernel": "tma"}})");
+  const std::string folder =
+      write("content", small_table_name(), R"({"1": {"kernel": "cutlass"}})");
   const std::string path = (fs::path(folder) / small_table_name()).string();
-  expect_error([&] { cuda_plans::load_tables(folder); }, {path, "\"1.kernel\"", "\"tma\""});
+  expect_error([&] { cuda_plans::load_tables(folder); }, {path, "\"1.kernel\"", "\"cutlass\""});
   // Through the variable, every call on the GPU would fail the same way until the file is fixed.
   ASSERT_EQ(::setenv(cuda_plans::kTuningDirVariable, folder.c_str(), 1), 0);
   expect_error([&] { cuda_plans::choose_plan(small_problem(1), "Test GPU"); },

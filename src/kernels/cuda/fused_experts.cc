@@ -78,10 +78,11 @@ std::string why_plan_cannot_run(const ExpertsPlan& plan, const ExpertsProblem& p
     return fmt::format("the stream kernel takes block_m in [1, {}]; got {}", kMaxStreamRows,
                        plan.block_m);
   }
-  if (plan.kernel == GemmKernel::kWgmma) {
-    if (!wgmma_available()) return "the wgmma kernel needs a Hopper GPU (sm_90)";
+  if (plan.kernel == GemmKernel::kWgmma || plan.kernel == GemmKernel::kTma) {
+    const char* name = plan.kernel == GemmKernel::kWgmma ? "wgmma" : "tma";
+    if (!wgmma_available()) return fmt::format("the {} kernel needs a Hopper GPU (sm_90)", name);
     if (!wgmma_supports_block_m(plan.block_m)) {
-      return fmt::format("the wgmma kernel takes block_m 64 or 128; got {}", plan.block_m);
+      return fmt::format("the {} kernel takes block_m 64 or 128; got {}", name, plan.block_m);
     }
   }
   if (plan.kernel != GemmKernel::kStream) {

@@ -49,7 +49,18 @@ void grouped_gemm(GemmKernel kernel, bool gated, const GroupedGemmArgs& args, cu
       }
       wgmma_grouped_gemm(gated, args, stream);
       return;
+    case GemmKernel::kTma:
+      if (!wgmma_available()) fail("grouped_gemm: the tma kernel needs a Hopper GPU (sm_90)");
+      if (!wgmma_supports_block_m(args.block_m) || !mma_supports(args)) {
+        fail(
+            "grouped_gemm: the tma kernel needs block_m 64 or 128, K % 8 == 0 and 16-byte "
+            "aligned rows; got block_m {}, K {}",
+            args.block_m, args.k_dim);
+      }
+      tma_grouped_gemm(gated, args, stream);
+      return;
   }
+  fail("grouped_gemm: unsupported kernel: {}", static_cast<int>(kernel));
 }
 
 }  // namespace moe::cuda

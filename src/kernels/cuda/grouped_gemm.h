@@ -44,6 +44,7 @@ enum class GemmKernel : uint8_t {
   kStream,  // decode: few rows per expert; each expert's weights streamed once from HBM
   kMma,     // prefill: tensor-core tiles (mma.sync bf16), multi-stage cp.async pipeline
   kWgmma,   // prefill on Hopper (sm_90a): warpgroup MMA from swizzled shared-memory tiles
+  kTma,     // prefill on Hopper: warp-specialized, TMA-fed weights, persistent grid
 };
 
 // Rows per block each kernel accepts: the stream kernel any block_m up to kMaxStreamRows, the
@@ -54,7 +55,7 @@ bool mma_supports_block_m(int64_t block_m);  // 16, 32, 64 or 128
 // Whether the current device runs the wgmma kernel (compute capability 9.0, sm_90a code); its
 // block_m is 64 (one warpgroup) or 128 (two).
 bool wgmma_available();
-bool wgmma_supports_block_m(int64_t block_m);
+bool wgmma_supports_block_m(int64_t block_m);  // also the tma kernel's (64 or 128)
 
 // The tensor-core kernels need 16-byte aligned rows: K % 8 == 0 and aligned base pointers.
 bool mma_supports(const GroupedGemmArgs& args);

@@ -5,7 +5,7 @@
 // thread holds gate and up of the same output element and SiLU-and-multiply happens in registers:
 // cache1 is never written. gemm2 scales by the router weight in its epilogue.
 //
-// This runs on sm_80 and later; Hopper's wgmma/TMA path is the faster one still to come.
+// This runs on sm_80 and later; Hopper has its own (grouped_gemm_wgmma.cu, grouped_gemm_tma.cu).
 #include <cuda_bf16.h>
 
 #include "kernels/cuda/bf16_math.cuh"
@@ -200,19 +200,9 @@ __global__ void __launch_bounds__(kWarpsM* kWarpsN * 32) mma_kernel(GroupedGemmA
 template <int kBM, int kBN, int kWarpsM, int kWarpsN, int kStages, bool kGated>
 void launch(const GroupedGemmArgs& args, cudaStream_t stream) {
   using Tile = MmaTile<kBM, kBN, kWarpsM, kWarpsN, kStages>;
-  auto* kernel = mma_kernel<kBM, kBN, kWarpsM, kWarpsN, kStages, kGated>;
-  static const bool attribute_set = [kernel] {
-    check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               static_cast<int>(Tile::kSharedBytes)),
-          "cudaFuncSetAttribute(mma_kernel)");
-    return true;
-  }();
-  (void)attribute_set;
-  const int64_t columns_per_block = kGated ? kBN / 2 : kBN;
-  const dim3 grid(
-      static_cast<unsigned>(args.max_blocks),
-      static_cast<unsigned>((args.out_columns + columns_per_block - 1) / columns_per_block));
-  kernel<<<grid, Tile::kThreads, Tile::kSharedBytes, stream>>>(args);
+  launch_block_grid<mma_kernel<kBM, kBN, kWarpsM, kWarpsN, kStages, kGated>>(
+      Tile::kThreads, Tile::kSharedBytes, kGated ? kBN / 2 : kBN, args, stream,
+      "cudaFuncSetAttribute(mma_kernel)");
 }
 
 }  // namespace

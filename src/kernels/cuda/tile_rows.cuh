@@ -1,12 +1,13 @@
-// Device pieces shared by the tensor-core grouped GEMMs (mma.sync and wgmma): 16-byte async
-// copies into shared memory, the table of pair ids and input rows of one aligned block, and the
-// bf16 store of two neighbouring output elements.
+// Pieces shared by the tensor-core grouped GEMMs (mma.sync and wgmma): 16-byte async copies into
+// shared memory, the table of pair ids and input rows of one aligned block, the bf16 store of two
+// neighbouring output elements, and the launch of a grid of (aligned block, column tile) blocks.
 #pragma once
 
 #include <cuda_bf16.h>
 
 #include <cstdint>
 
+#include "kernels/cuda/check.h"
 #include "kernels/cuda/grouped_gemm.h"
 
 namespace moe::cuda {
@@ -52,6 +53,31 @@ __device__ __forceinline__ void store_bf16_pair(__nv_bfloat16* row, int64_t colu
     if (column < columns) destination[0] = __float2bfloat16(v0);
     if (column + 1 < columns) destination[1] = __float2bfloat16(v1);
   }
+}
+
+// Raises kKernel's dynamic shared-memory limit to `bytes`, on its first launch only (a kernel
+// attribute, so one static per kernel instantiation).
+template <auto kKernel>
+void allow_shared_bytes(size_t bytes, const char* kernel_name) {
+  static const bool allowed = [bytes, kernel_name] {
+    check(cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               static_cast<int>(bytes)),
+          kernel_name);
+    return true;
+  }();
+  (void)allowed;
+}
+
+// One thread block per (aligned block, column tile): x walks the max_blocks aligned blocks (those
+// past num_pairs_post_padded exit at once), y the tiles of columns_per_block output columns.
+template <auto kKernel>
+void launch_block_grid(int threads, size_t shared_bytes, int64_t columns_per_block,
+                       const GroupedGemmArgs& args, cudaStream_t stream, const char* kernel_name) {
+  allow_shared_bytes<kKernel>(shared_bytes, kernel_name);
+  const dim3 grid(
+      static_cast<unsigned>(args.max_blocks),
+      static_cast<unsigned>((args.out_columns + columns_per_block - 1) / columns_per_block));
+  kKernel<<<grid, threads, shared_bytes, stream>>>(args);
 }
 
 }  // namespace moe::cuda

@@ -51,6 +51,7 @@ struct BenchOptions {
   bool tokens_given = false;
   bool repeats_given = false;
   bool sweep = false;
+  std::vector<std::string> plans;
   std::string output;
 };
 
@@ -65,6 +66,7 @@ void bench_cuda(const BenchOptions& o) {
       o.tokens_given ? o.tokens : std::vector<int64_t>{1, 4, 16, 64, 256, 1024, 4096, 16384};
   if (o.repeats_given) command.repeats = o.repeats;
   command.sweep = o.sweep;
+  command.plans = o.plans;
   command.json = o.json;
   command.output = o.output;
   command.seed = o.seed;
@@ -156,7 +158,9 @@ nlohmann::json results_json(const MoeConfig& config, const std::vector<Result>& 
 
 void bench(const BenchOptions& o) {
   if (o.device == "cuda") return bench_cuda(o);
-  if (o.sweep || !o.output.empty()) fail("--sweep and --output belong to --device cuda");
+  if (o.sweep || !o.plans.empty() || !o.output.empty()) {
+    fail("--sweep, --plans and --output belong to --device cuda");
+  }
   const MoeConfig config =
       o.config_path.empty() ? preset_config(o.preset) : load_hf_config(o.config_path);
   if (o.threads < 0) fail("--threads: expected >= 0 (0 = all cores); got {}", o.threads);
@@ -298,6 +302,10 @@ void add_bench_command(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_flag("--sweep", options->sweep, "cuda: also time every kernel plan that can run");
+  cmd->add_option("--plans", options->plans,
+                  "cuda: also time these plans at every size, comma separated (tma/128,wgmma/64; "
+                  "names as the table prints them)")
+      ->delimiter(',');
   cmd->add_option("--output", options->output, "cuda: also write the JSON report to this file");
   cmd->callback([options, tokens, repeats] {
     options->tokens_given = tokens->count() > 0;

@@ -24,6 +24,7 @@ namespace moe::cli {
 namespace {
 
 using cuda::check;
+using cuda_plans::parse_plan_name;
 using cuda_plans::plan_name;
 
 double median(std::vector<double> values) {
@@ -69,7 +70,9 @@ std::vector<cuda::ExpertsPlan> candidate_plans(const ExpertsProblem& problem) {
       plans.push_back({cuda::GemmKernel::kMma, block_m, false});
     }
     if (cuda::wgmma_available()) {
-      for (int64_t block_m : {64, 128}) plans.push_back({cuda::GemmKernel::kWgmma, block_m, false});
+      for (const cuda::GemmKernel kernel : {cuda::GemmKernel::kWgmma, cuda::GemmKernel::kTma}) {
+        for (int64_t block_m : {64, 128}) plans.push_back({kernel, block_m, false});
+      }
     }
   }
   return plans;
@@ -211,11 +214,16 @@ std::vector<CudaBenchRow> run_cuda_bench(const MoeConfig& config, const CudaBenc
 
     const cuda::ExpertsPlan default_plan = cuda::default_plan(problems[0]);
     std::vector<cuda::ExpertsPlan> plans = {default_plan};
+    auto add_plan = [&plans](const cuda::ExpertsPlan& plan) {
+      const bool listed = std::any_of(plans.begin(), plans.end(), [&](const auto& p) {
+        return plan_name(p) == plan_name(plan);
+      });
+      if (!listed) plans.push_back(plan);
+    };
     if (options.sweep) {
-      for (const cuda::ExpertsPlan& plan : candidate_plans(problems[0])) {
-        if (plan_name(plan) != plan_name(default_plan)) plans.push_back(plan);
-      }
+      for (const cuda::ExpertsPlan& plan : candidate_plans(problems[0])) add_plan(plan);
     }
+    for (const std::string& name : options.plans) add_plan(parse_plan_name(name));
     for (const cuda::ExpertsPlan& plan : plans) {
       cuda::ExpertsRunner runner;
       CudaBenchRow row;
@@ -294,11 +302,13 @@ void write_text(const std::string& path, const std::string& text) {
 
 void run_cuda_bench_command(const CudaBenchCommand& o) {
   const MoeConfig config = resolve_config(o.preset);
+  for (const std::string& name : o.plans) parse_plan_name(name);  // a typo fails before timing
   const CudaCeilings ceilings = measure_cuda_ceilings();
   CudaBenchOptions options;
   options.tokens = o.tokens;
   options.repeats = o.repeats;
   options.sweep = o.sweep;
+  options.plans = o.plans;
   options.seed = o.seed;
   const std::vector<CudaBenchRow> rows = run_cuda_bench(config, options, ceilings);
 

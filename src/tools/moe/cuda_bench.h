@@ -12,9 +12,10 @@ namespace moe::cli {
 
 struct CudaBenchOptions {
   std::vector<int64_t> tokens;
-  int repeats = 20;      // timed replays of each of the routing sets
-  int routing_sets = 8;  // distinct routings rotated so decode weights do not sit in L2
-  bool sweep = false;    // also time every plan that can run the shape
+  int repeats = 20;                // timed replays of each of the routing sets
+  int routing_sets = 8;            // distinct routings rotated so decode weights do not sit in L2
+  bool sweep = false;              // also time every plan that can run the shape
+  std::vector<std::string> plans;  // also time these (plan names: "tma/128"), at every size
   uint64_t seed = 0;
 };
 
@@ -46,6 +47,7 @@ struct CudaBenchCommand {
   std::vector<int64_t> tokens;
   int repeats = 20;
   bool sweep = false;
+  std::vector<std::string> plans;
   bool json = false;
   std::string output;
   uint64_t seed = 0;

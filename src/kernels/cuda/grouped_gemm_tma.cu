@@ -1,0 +1,402 @@
+// The prefill-size grouped GEMM on Hopper, warp-specialized (sm_90a): plan kernel "tma".
+//
+// A persistent grid, one thread block per multiprocessor, walks the (aligned block, column tile)
+// tiles in block-major order, so the column tiles of one block (same input rows) and the blocks
+// of one expert (same weight tiles) run side by side and share L2. Each thread block has three
+// warpgroups around a ring of shared-memory stages (64 of K each):
+//   producer   one thread loads the stage's 256 weight rows by TMA (cp.async.bulk.tensor, 128-byte
+//              swizzle); all 128 threads gather the block's input rows (hidden[p / k] or cache2[p],
+//              by pair id) with cp.async, and the stage's `full` mbarrier completes when both
+//              have landed. The producer runs up to kStages stages ahead, across tiles.
+//   consumers  two warpgroups run wgmma on the stage, keep one MMA group in flight while the next
+//              stage lands, and free a stage (its `empty` mbarrier) once the group that read it
+//              retired. After the last stage of a tile they apply the fused epilogue (gemm1:
+//              SiLU(gate) * up; gemm2: times the router weight) and store bf16 rows in pair order,
+//              while the producer already fills the next tile's stages.
+// Tiles: block_m 128: each consumer warpgroup takes 64 of the rows and all 256 weight rows
+// (m64n256k16); block_m 64: both take the 64 rows and 128 of the weight rows (m64n128k16). gemm1's
+// weight rows are, per consumer warpgroup, gate rows then the matching up rows, so each thread
+// holds gate and up of the same output element.
+//
+// Tested by tests/cuda/fused_experts_test.cc (plan "tma/64" and "tma/128") against the reference.
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_bf16.h>
+
+#include <algorithm>
+
+#include "kernels/cuda/bf16_math.cuh"
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/grouped_gemm_launch.h"
+#include "kernels/cuda/tile_rows.cuh"
+#include "kernels/cuda/wgmma.cuh"
+#include "moe/error.h"
+
+namespace moe::cuda {
+namespace {
+
+constexpr int kTileK = kSwizzledTileK;
+constexpr int kRowBytes = kSwizzledRowBytes;
+constexpr int kTileN = 256;   // weight rows per tile (gemm1: 128 output columns, gemm2: 256)
+constexpr int kBoxRows = 64;  // weight rows per TMA box: 8 KiB, four per stage
+constexpr int kWarpGroupRows = 64;
+constexpr int kProducerThreads = 128;
+constexpr int kConsumerWarps = 8;  // two warpgroups
+constexpr int kThreads = kProducerThreads + kConsumerWarps * 32;
+// The producer needs few registers; the consumers hold up to 128 f32 accumulators each. The
+// launch gives every thread 168 (65536 / 384, rounded down to 8); 128 * 56 + 256 * 224 fits too.
+constexpr int kProducerRegisters = 56;
+constexpr int kConsumerRegisters = 224;
+
+template <int kBlockM>
+struct TmaTile {
+  static_assert(kBlockM == 64 || kBlockM == 128, "one or two 64-row wgmma tiles");
+  // block_m 128: the warpgroups split the rows; 64: they split the weight rows.
+  static constexpr int kSplitN = kBlockM == 128 ? 1 : 2;
+  static constexpr int kWarpGroupN = kTileN / kSplitN;  // weight rows per consumer warpgroup
+  static constexpr int kStages = kBlockM == 128 ? 4 : 5;
+  static constexpr int kABytes = kBlockM * kRowBytes;
+  static constexpr int kBBytes = kTileN * kRowBytes;
+  static constexpr int kStageBytes = kABytes + kBBytes;  // a multiple of 1024: tiles stay aligned
+  static constexpr size_t kSharedBytes = size_t{kStages} * kStageBytes + 1024;  // + alignment
+  static constexpr int kRowsPerProducer = kBlockM * 8 / kProducerThreads;  // 16-byte copies each
+  static_assert(kStageBytes % 1024 == 0, "the 128-byte swizzle repeats every 1024 bytes");
+};
+
+// The ring position shared by both sides: stage index and the parity of its current use.
+template <int kStages>
+struct Ring {
+  int stage = 0;
+  uint32_t phase = 0;
+  __device__ void advance() {
+    if (++stage == kStages) {
+      stage = 0;
+      phase ^= 1;
+    }
+  }
+};
+
+#ifdef MOE_HAS_WGMMA
+__device__ __forceinline__ void barrier_init(uint32_t barrier, int arrivals) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(barrier), "r"(arrivals));
+}
+
+// Spins until the phase of `barrier` with parity `parity` has completed (acquire, CTA scope).
+__device__ __forceinline__ void barrier_wait(uint32_t barrier, uint32_t parity) {
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n"
+        ".reg .pred complete;\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 complete, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, complete;\n"
+        "}\n"
+        : "=r"(done)
+        : "r"(barrier), "r"(parity)
+        : "memory");
+  } while (done == 0);
+}
+
+__device__ __forceinline__ void barrier_arrive(uint32_t barrier) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(barrier) : "memory");
+}
+
+// One arrival that also expects `bytes` of TMA transactions before the phase can complete.
+__device__ __forceinline__ void barrier_arrive_expect_bytes(uint32_t barrier, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(barrier), "r"(bytes)
+               : "memory");
+}
+
+// An arrival made once all cp.async copies this thread issued so far have landed. noinc: it is
+// one of the arrivals the barrier was initialized to expect.
+__device__ __forceinline__ void barrier_arrive_after_copies(uint32_t barrier) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(barrier) : "memory");
+}
+
+// Box {kTileK, kBoxRows, 1} of the 3-D weight tensor at (k, row, expert) into shared memory;
+// completes `bytes` on `barrier`. Rows or k past the tensor's end are filled with zeros.
+__device__ __forceinline__ void load_weight_box(uint32_t shared, const CUtensorMap* map, int k,
+                                                int row, int expert, uint32_t barrier) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(shared),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(k), "r"(row), "r"(expert), "r"(barrier)
+      : "memory");
+}
+
+template <int kRegisters>
+__device__ __forceinline__ void shrink_registers() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
+}
+template <int kRegisters>
+__device__ __forceinline__ void grow_registers() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
+}
+
+// Calls body(block, expert, first_column) for this thread block's tiles in order. Both sides run
+// it and so see the same sequence: tiles of blocks past num_pairs_post_padded end the walk, tiles
+// of blocks whose expert is not local are skipped.
+template <int kBlockM, typename Body>
+__device__ __forceinline__ void for_each_tile(const GroupedGemmArgs& a, int64_t columns_per_tile,
+                                              Body&& body) {
+  const int64_t num_padded = *a.num_pairs_post_padded;
+  const int64_t column_tiles = (a.out_columns + columns_per_tile - 1) / columns_per_tile;
+  const int64_t num_tiles = a.max_blocks * column_tiles;
+  for (int64_t tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
+    const int64_t block = tile / column_tiles;
+    if (block * kBlockM >= num_padded) return;
+    const int32_t expert = a.expert_ids[block];
+    if (expert < 0 || expert >= a.num_local_experts) continue;
+    body(block, expert, (tile % column_tiles) * columns_per_tile);
+  }
+}
+#endif
+
+template <int kBlockM, bool kGated>
+__global__ void __launch_bounds__(kThreads, 1)
+    tma_kernel(const __grid_constant__ CUtensorMap weight_map, GroupedGemmArgs a) {
+#ifdef MOE_HAS_WGMMA
+  using Tile = TmaTile<kBlockM>;
+  constexpr int kStages = Tile::kStages;
+  constexpr int64_t kColumnsPerTile = kGated ? kTileN / 2 : kTileN;
+  extern __shared__ unsigned char shared_raw[];
+  __shared__ __align__(8) uint64_t full[kStages];   // stage landed: A copies and B bytes
+  __shared__ __align__(8) uint64_t empty[kStages];  // stage read by both consumer warpgroups
+  // TMA's swizzle and the wgmma descriptors both assume 1024-byte aligned tiles.
+  const uint32_t base = (shared_address(shared_raw) + 1023) & ~1023u;
+  const uint32_t full_base = shared_address(full), empty_base = shared_address(empty);
+  auto full_barrier = [&](int stage) { return full_base + stage * 8; };
+  auto empty_barrier = [&](int stage) { return empty_base + stage * 8; };
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      // Every producer thread's cp.async arrival, plus the arrival carrying the TMA bytes.
+      barrier_init(full_barrier(s), kProducerThreads + 1);
+      barrier_init(empty_barrier(s), kConsumerWarps);
+    }
+    // The barriers are written through the generic proxy; TMA completes them through the async
+    // proxy.
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    fence_proxy_async_shared();
+  }
+  __syncthreads();
+
+  const int64_t K = a.k_dim, columns = a.out_columns;
+  const int k_tiles = static_cast<int>((K + kTileK - 1) / kTileK);
+  Ring<kStages> ring;
+
+  if (threadIdx.x < kProducerThreads) {
+    // ---- Producer: weight boxes by TMA (thread 0), input rows by cp.async (all 128). ----
+    shrink_registers<kProducerRegisters>();
+    const int t = threadIdx.x;
+    if (t == 0) {
+      asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&weight_map))
+                   : "memory");
+    }
+    const auto* input = static_cast<const __nv_bfloat16*>(a.input);
+    // Eight threads per row, one 16-byte chunk each: a warp copies four whole 128-byte rows.
+    const int chunk = t % 8;
+    for_each_tile<kBlockM>(
+        a, kColumnsPerTile, [&](int64_t block, int32_t expert, int64_t first_column) {
+          int32_t source_row[Tile::kRowsPerProducer];  // input row of tile row t / 8 + 16 i, or -1
+#pragma unroll
+          for (int i = 0; i < Tile::kRowsPerProducer; ++i) {
+            const int64_t pair = a.sorted_pair_ids[block * kBlockM + t / 8 + 16 * i];
+            source_row[i] =
+                pair >= 0 && pair < a.num_pairs ? static_cast<int32_t>(pair / a.row_divisor) : -1;
+          }
+          for (int kt = 0; kt < k_tiles; ++kt, ring.advance()) {
+            // First use of each stage: parity 1 names the phase before the barrier's first, which
+            // counts as complete, so the wait returns at once.
+            barrier_wait(empty_barrier(ring.stage), ring.phase ^ 1);
+            const uint32_t a_stage = base + ring.stage * Tile::kStageBytes;
+            const uint32_t b_stage = a_stage + Tile::kABytes;
+            const int k0 = kt * kTileK;
+            if (t == 0) {
+              barrier_arrive_expect_bytes(full_barrier(ring.stage), Tile::kBBytes);
+#pragma unroll
+              for (int box = 0; box < kTileN / kBoxRows; ++box) {
+                // Tile row j = box * 64 of consumer warpgroup j / kWarpGroupN; gated: its first
+                // half are gate rows (row = column), its second half the matching up rows (I +
+                // column).
+                const int j = box * kBoxRows;
+                int64_t row = first_column + j;
+                if constexpr (kGated) {
+                  constexpr int kHalf = Tile::kWarpGroupN / 2;
+                  const int within = j % Tile::kWarpGroupN;
+                  row = first_column + (j / Tile::kWarpGroupN) * kHalf + within % kHalf +
+                        (within >= kHalf ? columns : 0);
+                }
+                load_weight_box(b_stage + j * kRowBytes, &weight_map, k0, static_cast<int>(row),
+                                expert, full_barrier(ring.stage));
+              }
+            }
+#pragma unroll
+            for (int i = 0; i < Tile::kRowsPerProducer; ++i) {
+              const int r = t / 8 + 16 * i;
+              const int64_t k = k0 + chunk * 8;
+              const bool valid = source_row[i] >= 0 && k < K;
+              copy16_async(a_stage + swizzled_chunk_offset(r, chunk),
+                           valid ? input + source_row[i] * K + k : input, valid);
+            }
+            barrier_arrive_after_copies(full_barrier(ring.stage));
+          }
+        });
+    return;
+  }
+
+  // ---- Consumers: wgmma on each landed stage, then the epilogue of the tile. ----
+  grow_registers<kConsumerRegisters>();
+  const int warp_group = (threadIdx.x - kProducerThreads) / 128;  // 0 or 1
+  const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+  constexpr bool kSplitRows = Tile::kSplitN == 1;
+  const uint32_t a_offset = kSplitRows ? warp_group * kWarpGroupRows * kRowBytes : 0;
+  const uint32_t b_offset = kSplitRows ? 0 : warp_group * Tile::kWarpGroupN * kRowBytes;
+  // Accumulator i of a thread: row 16 * warp + lane / 4 (+ 8 for i % 4 >= 2), column
+  // 8 * (i / 4) + 2 * (lane % 4) + i % 2, within this warpgroup's 64 x kWarpGroupN tile.
+  const int first_row = (kSplitRows ? warp_group * kWarpGroupRows : 0) + warp * 16 + lane / 4;
+  constexpr int kWarpGroupColumns = kGated ? Tile::kWarpGroupN / 2 : Tile::kWarpGroupN;
+  const int64_t column_offset = (kSplitRows ? 0 : warp_group * kWarpGroupColumns) + (lane % 4) * 2;
+  auto* out = static_cast<__nv_bfloat16*>(a.out);
+  const bool paired_stores = columns % 2 == 0;
+  float acc[Tile::kWarpGroupN / 2];
+
+  for_each_tile<kBlockM>(
+      a, kColumnsPerTile, [&](int64_t block, int32_t /*expert*/, int64_t first_column) {
+        // The epilogue's rows, read now so the loads hide behind the mainloop.
+        int32_t pair[2];
+        float scale[2];
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int32_t p = a.sorted_pair_ids[block * kBlockM + first_row + half * 8];
+          pair[half] = p >= 0 && p < a.num_pairs ? p : -1;
+          scale[half] =
+              (!kGated && a.topk_weights != nullptr && pair[half] >= 0) ? a.topk_weights[p] : 1.0f;
+        }
+
+        int previous_stage = 0;
+        for (int kt = 0; kt < k_tiles; ++kt, ring.advance()) {
+          barrier_wait(full_barrier(ring.stage), ring.phase);
+          // The A rows came through cp.async (generic proxy); wgmma reads through the async proxy.
+          fence_proxy_async_shared();
+          const uint32_t a_tile = base + ring.stage * Tile::kStageBytes + a_offset;
+          const uint32_t b_tile = base + ring.stage * Tile::kStageBytes + Tile::kABytes + b_offset;
+          wgmma_fence();
+#pragma unroll
+          for (int kk = 0; kk < kTileK / 16; ++kk) {
+            // Within the swizzled 128-byte row, step k16 is 32 bytes further. The first step of a
+            // tile overwrites the accumulators.
+            const bool accumulate = kt > 0 || kk > 0;
+            if constexpr (Tile::kWarpGroupN == 256) {
+              wgmma_m64n256k16(acc, wgmma_descriptor(a_tile + kk * 32),
+                               wgmma_descriptor(b_tile + kk * 32), accumulate);
+            } else {
+              wgmma_m64n128k16(acc, wgmma_descriptor(a_tile + kk * 32),
+                               wgmma_descriptor(b_tile + kk * 32), accumulate);
+            }
+          }
+          wgmma_commit();
+          // The group of the previous stage has retired once at most this one is running: free it.
+          wgmma_wait<1>();
+          if (kt > 0 && lane == 0) barrier_arrive(empty_barrier(previous_stage));
+          previous_stage = ring.stage;
+        }
+        wgmma_wait<0>();
+        if (lane == 0) barrier_arrive(empty_barrier(previous_stage));
+
+        constexpr int kOutChunks = kWarpGroupColumns / 8;
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          if (pair[half] < 0) continue;
+          __nv_bfloat16* out_row = out + static_cast<int64_t>(pair[half]) * columns;
+#pragma unroll
+          for (int n = 0; n < kOutChunks; ++n) {
+            const int64_t column = first_column + column_offset + n * 8;
+            float v[2];
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const float x = acc[n * 4 + half * 2 + e];
+              if constexpr (kGated) {
+                v[e] = silu(x) * acc[(n + kOutChunks) * 4 + half * 2 + e];
+              } else {
+                v[e] = x * scale[half];
+              }
+            }
+            store_bf16_pair(out_row, column, columns, paired_stores, v[0], v[1]);
+          }
+        }
+      });
+#endif
+}
+
+// cuTensorMapEncodeTiled from the driver the runtime loaded, so the library links no libcuda.
+PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+  static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
+    void* function = nullptr;
+    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+    check(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &function, 12000,
+                                           cudaEnableDefault, &found),
+          "cudaGetDriverEntryPointByVersion(cuTensorMapEncodeTiled)");
+    if (found != cudaDriverEntryPointSuccess || function == nullptr) {
+      fail("grouped_gemm (tma): the CUDA driver has no cuTensorMapEncodeTiled (needs 12.0+)");
+    }
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(function);
+  }();
+  return encode;
+}
+
+// The weights as a 3-D tensor [E_local, weight_rows, K] read in {64 k, 64 rows, 1 expert} boxes
+// with the 128-byte swizzle. Encoded on the host for every launch and passed by value
+// (__grid_constant__), so a captured graph holds its own copy and nothing touches the device.
+CUtensorMap weight_tensor_map(const GroupedGemmArgs& a) {
+  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(a.k_dim),
+                              static_cast<cuuint64_t>(a.weight_rows),
+                              static_cast<cuuint64_t>(a.num_local_experts)};
+  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(a.k_dim) * 2,
+                                 static_cast<cuuint64_t>(a.weight_rows * a.k_dim) * 2};
+  const cuuint32_t box[3] = {kTileK, kBoxRows, 1};
+  const cuuint32_t element_strides[3] = {1, 1, 1};
+  CUtensorMap map;
+  const CUresult result = tensor_map_encoder()(
+      &map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<void*>(a.weights), dims, strides, box,
+      element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (result != CUDA_SUCCESS) {
+    fail(
+        "grouped_gemm (tma): cuTensorMapEncodeTiled failed (CUresult {}) for weights of {} "
+        "experts x {} rows x K {}; expected 16-byte aligned weights and K % 8 == 0",
+        static_cast<int>(result), a.num_local_experts, a.weight_rows, a.k_dim);
+  }
+  return map;
+}
+
+template <int kBlockM, bool kGated>
+void launch(const GroupedGemmArgs& args, cudaStream_t stream) {
+  using Tile = TmaTile<kBlockM>;
+  constexpr auto kernel = tma_kernel<kBlockM, kGated>;
+  allow_shared_bytes<kernel>(Tile::kSharedBytes, "cudaFuncSetAttribute(tma_kernel)");
+  int device = 0, multiprocessors = 0;
+  check(cudaGetDevice(&device), "cudaGetDevice");
+  check(cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device),
+        "cudaDeviceGetAttribute(multiprocessors)");
+  const int64_t columns_per_tile = kGated ? kTileN / 2 : kTileN;
+  const int64_t tiles =
+      args.max_blocks * ((args.out_columns + columns_per_tile - 1) / columns_per_tile);
+  const auto grid = static_cast<unsigned>(std::min<int64_t>(tiles, multiprocessors));
+  kernel<<<grid, kThreads, Tile::kSharedBytes, stream>>>(weight_tensor_map(args), args);
+}
+
+}  // namespace
+
+void tma_grouped_gemm(bool gated, const GroupedGemmArgs& args, cudaStream_t stream) {
+  // 128 rows: half the input traffic per flop; 64 rows, for experts with fewer pairs: less padding
+  // computed.
+  if (args.block_m == 128) {
+    gated ? launch<128, true>(args, stream) : launch<128, false>(args, stream);
+  } else {
+    gated ? launch<64, true>(args, stream) : launch<64, false>(args, stream);
+  }
+  check_launch("grouped_gemm (tma)");
+}
+
+}  // namespace moe::cuda
