@@ -156,8 +156,9 @@ void align_block_size(const TensorView& topk_ids, int64_t num_experts, int64_t b
                           num_pairs_post_padded.as<int32_t>()},
                          static_cast<cudaStream_t>(cuda_stream));
 #else
-  fail("topk_ids: a GPU tensor, but this build has no CUDA backend (configure with "
-       "MOE_WITH_CUDA=ON)");
+  fail(
+      "topk_ids: a GPU tensor, but this build has no CUDA backend (configure with "
+      "MOE_WITH_CUDA=ON)");
 #endif
 }
 

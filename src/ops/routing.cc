@@ -79,8 +79,7 @@ void check_bias(const TensorView& bias, const char* name, bool expected, const c
 }
 
 void check_outputs(const RoutingConfig& c, int64_t num_tokens, const TensorView& topk_ids,
-                   const TensorView& topk_weights, const TensorView& expert_counts,
-                   Device device) {
+                   const TensorView& topk_weights, const TensorView& expert_counts, Device device) {
   if (num_tokens > kMaxInt32 / c.top_k) {
     fail(
         "topk_ids: expected at most {} (token, expert) pairs, the int32 pair-id range; got {} "
@@ -102,9 +101,10 @@ Backend resolve_backend(Backend requested, Device device, const char* input) {
            backend_name(requested));
     }
     if (!cuda_available()) {
-      fail("{}: a GPU tensor, but this build has no CUDA backend (configure with "
-           "MOE_WITH_CUDA=ON)",
-           input);
+      fail(
+          "{}: a GPU tensor, but this build has no CUDA backend (configure with "
+          "MOE_WITH_CUDA=ON)",
+          input);
     }
     return Backend::kCuda;
   }
@@ -187,9 +187,10 @@ void check_cuda_support(const Job& job) {
   if (job.hidden == nullptr) return;
   const DType hidden = job.hidden->dtype, router = job.router_weight->dtype;
   if (hidden != router || (hidden != DType::kBF16 && hidden != DType::kF32)) {
-    fail("router_weight: the CUDA router GEMM takes hidden and router_weight both bf16 or both "
-         "f32; got hidden {}, router_weight {}",
-         dtype_name(hidden), dtype_name(router));
+    fail(
+        "router_weight: the CUDA router GEMM takes hidden and router_weight both bf16 or both "
+        "f32; got hidden {}, router_weight {}",
+        dtype_name(hidden), dtype_name(router));
   }
   // cuBLAS takes int extents.
   if (job.hidden->size(1) > std::numeric_limits<int>::max()) {
@@ -307,8 +308,7 @@ void select_experts(const RoutingConfig& config, const TensorView& logits,
 
 void route(const RoutingConfig& config, const TensorView& hidden, const TensorView& router_weight,
            const RoutingInputs& inputs, const TensorView& topk_ids, const TensorView& topk_weights,
-           const TensorView& expert_counts, Backend backend, int num_threads,
-           void* cuda_stream) {
+           const TensorView& expert_counts, Backend backend, int num_threads, void* cuda_stream) {
   check_config(config);
   check_rank(hidden, "hidden", 2);
   check_rank(router_weight, "router_weight", 2);

@@ -53,8 +53,8 @@ double logit_error_bound(const Tensor& hidden, const Tensor& router) {
     for (int64_t e = 0; e < E; ++e) {
       double magnitude = 0;
       for (int64_t h = 0; h < H; ++h) {
-        magnitude += std::fabs(testing::element(hidden, t * H + h) *
-                               testing::element(router, e * H + h));
+        magnitude +=
+            std::fabs(testing::element(hidden, t * H + h) * testing::element(router, e * H + h));
       }
       worst = std::max(worst, magnitude);
     }
@@ -116,11 +116,9 @@ TEST_F(CudaRouteApi, MatchesTheCpuBackend) {
             for (int64_t h = 0; h < H; ++h) {
               sum += testing::element(hidden, t * H + h) * testing::element(router, e * H + h);
             }
-            const double selection = config.scoring == ScoringFunc::kSoftmax
-                                         ? sum
-                                         : 1.0 / (1.0 + std::exp(-sum));
-            return config.has_correction_bias ? selection + correction.data<float>()[e]
-                                              : selection;
+            const double selection =
+                config.scoring == ScoringFunc::kSoftmax ? sum : 1.0 / (1.0 + std::exp(-sum));
+            return config.has_correction_bias ? selection + correction.data<float>()[e] : selection;
           };
           EXPECT_NEAR(logit(want_id), logit(got_id), 2 * logit_error + 1e-6)
               << "pair " << p << ": " << want_id << " vs " << got_id;
