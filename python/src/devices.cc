@@ -89,7 +89,9 @@ CallDevice call_device(std::initializer_list<const ArrayArg*> arrays, nb::handle
   CallDevice call;
   const ArrayArg* first = *arrays.begin();
   call.device = first->view.device;
+#ifdef MOE_WITH_CUDA
   const ArrayArg* first_gpu = nullptr;
+#endif
   for (const ArrayArg* array : arrays) {
     if (array->view.empty() || array->view.device != Device::kCuda) continue;
 #ifdef MOE_WITH_CUDA
@@ -141,7 +143,7 @@ NewArray new_array(DType dtype, const Shape& shape, const CallDevice& call, nb::
   if (call.device == Device::kCpu) {
     Tensor tensor(dtype, shape);
     const TensorView view = tensor.view();
-    return {to_python(std::move(tensor), framework), view};
+    return {to_python(std::move(tensor), framework), view, {}};
   }
 #ifdef MOE_WITH_CUDA
   if (framework == Framework::kTorch) {
@@ -152,7 +154,7 @@ NewArray new_array(DType dtype, const Shape& shape, const CallDevice& call, nb::
         torch.attr("empty")(nb::tuple(extents), "dtype"_a = torch.attr(framework_dtype_name(dtype)),
                             "device"_a = main.attr("device"));
     ArrayArg arg = borrow_output(tensor, "out");
-    return {std::move(tensor), arg.view};
+    return {std::move(tensor), arg.view, {}};
   }
   int64_t count = 1;
   for (int64_t extent : shape) count *= extent;
@@ -170,9 +172,13 @@ nb::object leading(const NewArray& array, int64_t count, const CallDevice& call)
   if (!array.gpu_owner.is_valid()) {
     return nb::object(array.object[nb::slice(nb::int_(0), nb::int_(count), nb::none())]);
   }
+#ifdef MOE_WITH_CUDA
   TensorView view = array.view;
   view.shape = {count};
   return gpu_array(view, array.gpu_owner, call.gpu);
+#else
+  fail("leading: a GPU array, but this build of moe_engine has no CUDA backend");
+#endif
 }
 void synchronize(const CallDevice& call) {
 #ifdef MOE_WITH_CUDA

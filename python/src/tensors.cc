@@ -186,7 +186,7 @@ void describe(const Array& array, bool bfloat16, const char* name, ArrayArg& arg
   arg.name = name;
 }
 
-void refuse(nb::handle obj, const char* name, const char* what) {
+[[noreturn]] void refuse(nb::handle obj, const char* name, const char* what) {
   fail("{}: expected {} (anything with __dlpack__ or the buffer protocol); got {}{}", name, what,
        python_type_name(obj), dlpack_refusal(obj));
 }
