@@ -112,7 +112,9 @@ def test_route_matches_the_cpu(M, dtype):
     for t, j in zip(*torch.nonzero(~same, as_tuple=True)):
         gap = (logits[t, ids[t, j]] - logits[t, want_ids[t, j]]).abs().item()
         assert gap <= 2 * bound, f"token {t}, slot {j}: logit gap {gap} > {2 * bound}"
-    torch.testing.assert_close(weights[same], want_weights[same], rtol=1e-4, atol=1e-6)
+    # A softmax weight moves by at most twice the logits' error, renormalizing by as much again.
+    torch.testing.assert_close(weights[same], want_weights[same], rtol=4 * bound + 1e-6,
+                               atol=1e-7)
 
 
 def test_route_writes_out_in_place():
