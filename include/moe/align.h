@@ -27,6 +27,19 @@ struct AlignedPairs {
 AlignedPairs align_block_size(const TensorView& topk_ids, int64_t num_experts, int64_t block_m,
                               const TensorView& expert_map = {});
 
+// The same layout into the caller's buffers, as vLLM's op: sorted_pair_ids [>= capacity] and
+// expert_ids [>= capacity / block_m] int32, with capacity = max_num_pairs_post_padded(M * k,
+// num_experts, block_m), and num_pairs_post_padded [1] int32; only the first
+// num_pairs_post_padded entries (and blocks) are written. All tensors on one device. On the GPU
+// (up to 8192 experts) every shape, dtype and size is checked before the one launch is queued on
+// `cuda_stream` (a cudaStream_t; null is the legacy default stream), and the call returns without
+// synchronizing; device memory is not read on the host, so instead of an error an id outside
+// [0, num_experts) gets no slot and an expert_map entry below -1 counts as not local.
+void align_block_size(const TensorView& topk_ids, int64_t num_experts, int64_t block_m,
+                      const TensorView& expert_map, const TensorView& sorted_pair_ids,
+                      const TensorView& expert_ids, const TensorView& num_pairs_post_padded,
+                      void* cuda_stream = nullptr);
+
 // vLLM skips the sort for tiny batches (M * k * 4 <= E, no expert map): most experts then get
 // at most one pair, so sorting buys nothing.
 bool use_tiny_batch_path(int64_t num_tokens, int64_t top_k, int64_t num_experts,

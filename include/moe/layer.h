@@ -59,8 +59,13 @@ class MoeLayer {
   MoeLayer(MoeLayer&&) noexcept;
   MoeLayer& operator=(MoeLayer&&) noexcept;
 
-  // hidden [M, H] f32/bf16/f16 -> out [M, H] of the same dtype.
-  void forward(const TensorView& hidden, const TensorView& out);
+  // hidden [M, H] f32/bf16/f16 -> out [M, H] of the same dtype. On the cuda backend, hidden and
+  // out are both in host memory or both in the memory of the GPU the layer was built on (which
+  // must be the current device); the work runs on `cuda_stream` (a cudaStream_t; null is the
+  // legacy default stream), which is synchronized before the call returns, since the routing and
+  // stage times are recorded on the host.
+  void forward(const TensorView& hidden, const TensorView& out, void* cuda_stream = nullptr);
+  // Host tensors only: the result is a host tensor.
   Tensor forward(const TensorView& hidden);
   // The experts half only, on a routing the caller chose: topk_ids [M, k] int32 in [0, E) and
   // topk_weights [M, k] f32 (benchmarks, or routing done elsewhere). Allocates nothing once warm.

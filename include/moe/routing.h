@@ -9,6 +9,12 @@
 // correction bias (DeepSeek-V3), else its best one (DeepSeek-V2); experts of dropped groups are
 // never chosen. Weights are the unbiased scores of the chosen experts, divided by their sum when
 // renormalizing (unless that sum is 0), then multiplied by routed_scaling_factor.
+//
+// Tensors in GPU memory run on the CUDA backend (backend kAuto or kCuda; all tensors on the
+// current device): every shape, dtype and size is checked before anything is queued on
+// `cuda_stream` (a cudaStream_t; null is the legacy default stream), and the call returns without
+// synchronizing. The GPU takes bf16 or f32 hidden and router_weight of one dtype, up to 512
+// experts, top-16 and 32 groups.
 #pragma once
 
 #include "moe/backend.h"
@@ -34,7 +40,8 @@ struct RoutingInputs {
 void select_experts(const RoutingConfig& config, const TensorView& logits,
                     const RoutingInputs& inputs, const TensorView& topk_ids,
                     const TensorView& topk_weights, const TensorView& expert_counts = {},
-                    Backend backend = Backend::kAuto, int num_threads = 0);
+                    Backend backend = Backend::kAuto, int num_threads = 0,
+                    void* cuda_stream = nullptr);
 
 // The whole router: logits = hidden [M, H] · router_weight [E, H]^T (+ router_bias), then
 // select_experts. hidden and router_weight may be f32, bf16 or f16; accumulation is f32 (f64 on
@@ -42,9 +49,9 @@ void select_experts(const RoutingConfig& config, const TensorView& logits,
 void route(const RoutingConfig& config, const TensorView& hidden, const TensorView& router_weight,
            const RoutingInputs& inputs, const TensorView& topk_ids, const TensorView& topk_weights,
            const TensorView& expert_counts = {}, Backend backend = Backend::kAuto,
-           int num_threads = 0);
+           int num_threads = 0, void* cuda_stream = nullptr);
 
-// Allocating form of route().
+// Allocating form of route(), for tensors on the CPU (its outputs are host tensors).
 RoutingOutput route(const RoutingConfig& config, const TensorView& hidden,
                     const TensorView& router_weight, const RoutingInputs& inputs = {},
                     Backend backend = Backend::kAuto, int num_threads = 0);

@@ -12,9 +12,10 @@ and MoeLayer runs a whole layer (router + experts) with stage timings:
     out = layer.forward(hidden)
     layer.last_stage_times  # {"route": us, "align": us, ...}
 
-Inputs are read in place (zero-copy) through DLPack: C-contiguous CPU arrays of float32,
-bfloat16 (torch.bfloat16 or ml_dtypes.bfloat16), float16 or int32. Results are PyTorch tensors
-when the main input is one, NumPy arrays otherwise. Bad input raises MoeError (a ValueError)
+Inputs are read in place (zero-copy) through DLPack: C-contiguous arrays of float32, bfloat16
+(torch.bfloat16 or ml_dtypes.bfloat16), float16 or int32, in host memory or on a GPU (CUDA
+tensors run on the CUDA backend, on torch's current stream by default). Results go into out=
+where given, else are new PyTorch tensors when the main input is one, NumPy arrays otherwise. Bad input raises MoeError (a ValueError)
 whose message names the argument, what was expected and what was given.
 """
 
@@ -24,6 +25,7 @@ from ._moe_engine import (
     MoeLayer,
     __version__,
     align_block_size,
+    cuda_available,
     fused_experts,
     preset_config,
     preset_names,
@@ -36,6 +38,7 @@ __all__ = [
     "MoeLayer",
     "__version__",
     "align_block_size",
+    "cuda_available",
     "fused_experts",
     "preset_config",
     "preset_names",

@@ -58,6 +58,7 @@ class MoeConfig:
     def num_moe_layers(self) -> int: ...
     def replace(self, **changes: Any) -> MoeConfig: ...
 
+def cuda_available() -> bool: ...
 def preset_config(name: str) -> MoeConfig: ...
 def preset_names() -> list[str]: ...
 
@@ -82,7 +83,9 @@ class MoeLayer:
         num_threads: int = 0,
         block_m: int = 0,
     ) -> MoeLayer: ...
-    def forward(self, hidden: ArrayLike) -> Array: ...
+    def forward(
+        self, hidden: ArrayLike, *, out: Optional[ArrayLike] = None, stream: Optional[int] = None
+    ) -> Array: ...
     @property
     def config(self) -> MoeConfig: ...
     @property
@@ -110,12 +113,16 @@ def route(
     routed_scaling_factor: float = 1.0,
     backend: str = "auto",
     num_threads: int = 0,
+    out: Optional[tuple[ArrayLike, ArrayLike]] = None,
+    stream: Optional[int] = None,
 ) -> tuple[Array, Array]: ...
 def align_block_size(
     topk_ids: ArrayLike,
     num_experts: int,
     block_m: int,
     expert_map: Optional[ArrayLike] = None,
+    *,
+    stream: Optional[int] = None,
 ) -> tuple[Array, Array, int]: ...
 def fused_experts(
     hidden_states: ArrayLike,
@@ -132,4 +139,6 @@ def fused_experts(
     block_m: int = 0,
     backend: str = "auto",
     num_threads: int = 0,
+    out: Optional[ArrayLike] = None,
+    stream: Optional[int] = None,
 ) -> Array: ...

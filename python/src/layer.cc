@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "bindings.h"
+#include "devices.h"
 #include "moe/checkpoint.h"
 #include "moe/error.h"
 #include "moe/layer.h"
@@ -106,10 +107,22 @@ auto locked(PyLayer& self, F&& f) {
   return f();
 }
 
-nb::object forward(PyLayer& self, nb::handle hidden) {
+nb::object forward(PyLayer& self, nb::handle hidden, nb::handle out, nb::handle stream) {
   const ArrayArg input = borrow_array(hidden, "hidden");
-  Tensor out = locked(self, [&] { return self.layer.forward(input.view); });
-  return to_python(std::move(out), framework_of(hidden));
+  ArrayArg given_out = out.is_none() ? ArrayArg{} : borrow_output(out, "out");
+  const CallDevice call = call_device({&input, &given_out}, hidden, stream);
+  const DeviceScope scope(call);
+  nb::object result = nb::borrow(out);
+  if (out.is_none()) {
+    // Sized from hidden before the layer has checked it, so its rank and dtype come first.
+    check_rank(input.view, "hidden", 2);
+    check_dtype(input.view, "hidden", {DType::kF32, DType::kBF16, DType::kF16});
+    NewArray fresh = new_array(input.view.dtype, input.view.shape, call, hidden);
+    result = std::move(fresh.object);
+    given_out.view = fresh.view;
+  }
+  locked(self, [&] { self.layer.forward(input.view, given_out.view, call.stream); });
+  return result;
 }
 
 // The layer reuses these buffers on the next forward, so Python gets copies.
@@ -173,7 +186,8 @@ void bind_layer(nb::module_& m) {
 
 preset is a preset name (see preset_names()), a path to a config.json or a checkpoint folder
 holding one, or a MoeConfig. dtype ("f32", "bf16" or "f16") is the weights' type; the same seed
-gives the same weights on every machine. backend ("auto", "cpu" or "reference"), num_threads
+gives the same weights on every machine. backend ("auto", "cpu", "reference" or "cuda": the
+weights go to the current GPU, bf16 SiLU layers only so far), num_threads
 (0: all cores) and block_m (0: the backend's choice) apply to every forward.)")
       .def_static("from_checkpoint", &from_checkpoint, nb::arg("dir"),
                   nb::arg("layer") = nb::none(), nb::kw_only(), nb::arg("dtype") = "f32",
@@ -185,9 +199,16 @@ listed by model.safetensors.index.json. layer is 0-based; None picks the first M
 ("f32", "bf16" or "f16") is the weights' type once loaded (biases stay f32; fp8 weights are
 dequantized). backend, num_threads and block_m are as for synthetic(). Raises MoeError naming the
 file or tensor at fault, or listing the MoE layers when `layer` is dense or out of range.)")
-      .def("forward", &forward, nb::arg("hidden"),
-           "hidden [M, H] float32/bfloat16/float16 -> out [M, H] of the same dtype: a torch "
-           "tensor for a torch hidden, else a NumPy array.")
+      .def("forward", &forward, nb::arg("hidden"), nb::kw_only(), nb::arg("out") = nb::none(),
+           nb::arg("stream") = nb::none(),
+           R"(hidden [M, H] float32/bfloat16/float16 -> out [M, H] of the same dtype and device.
+
+Writes out when given and returns it; otherwise returns a new array: a torch tensor for a torch
+hidden, else a NumPy array (or a DLPack array in GPU memory for another CUDA array). A layer
+built with backend="cuda" keeps its weights on the GPU that was current when it was built and
+takes bf16 hidden in host memory or on that GPU; it runs on `stream` (a cudaStream_t as an int;
+default: torch's current stream for a torch hidden, else the legacy default stream 0) and waits
+for it before returning, since it records the routing and stage times on the host.)")
       .def_prop_ro(
           "config", [](PyLayer& self) { return self.layer.config(); }, "The layer's MoeConfig.")
       .def_prop_ro("weights", &weights,

@@ -3,6 +3,7 @@
 #include <nanobind/nanobind.h>
 
 #include "bindings.h"
+#include "moe/backend.h"
 #include "moe/error.h"
 
 namespace nb = nanobind;
@@ -13,6 +14,8 @@ NB_MODULE(_moe_engine, m) {
   // A ValueError: moe::Error reports bad arguments (a shape, dtype, id or name) or an unusable
   // file, and code that already catches ValueError for bad arguments keeps working.
   nb::exception<moe::Error>(m, "MoeError", PyExc_ValueError);
+  m.def("cuda_available", &moe::cuda_available,
+        "Whether this build has the CUDA backend (it was built where nvcc was found).");
   moe::python::bind_config(m);
   moe::python::bind_routing(m);
   moe::python::bind_align(m);

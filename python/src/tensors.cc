@@ -131,20 +131,18 @@ std::string dlpack_refusal(nb::handle obj) {
   return "";
 }
 
-void check_device(const nb::ndarray<nb::ro>& array, const char* name) {
-  const int device = array.device_type();
-  if (device == kDlpackCpu) return;
-  if (device == nb::device::cuda::value || device == nb::device::cuda_managed::value) {
-    fail(
-        "{}: got a CUDA tensor, but the CUDA backend is not built yet; pass a CPU tensor "
-        "(tensor.cpu())",
-        name);
+// Host memory, or CUDA memory (devices.h checks which GPU, and whether this build can use it).
+Device device_of(int dlpack_device, const char* name) {
+  if (dlpack_device == kDlpackCpu) return Device::kCpu;
+  if (dlpack_device == nb::device::cuda::value ||
+      dlpack_device == nb::device::cuda_managed::value) {
+    return Device::kCuda;
   }
-  fail("{}: expected a CPU array; got one on DLPack device type {}", name, device);
+  fail("{}: expected a CPU or CUDA array; got one on DLPack device type {}", name, dlpack_device);
 }
 
-void check_layout(const nb::ndarray<nb::ro>& array, const Shape& shape, size_t element_bytes,
-                  const char* name) {
+template <typename Array>
+void check_layout(const Array& array, const Shape& shape, size_t element_bytes, const char* name) {
   int64_t count = 1;
   for (int64_t extent : shape) count *= extent;
   if (count == 0) return;  // no element is read, so neither strides nor address matter
@@ -173,27 +171,47 @@ void check_layout(const nb::ndarray<nb::ro>& array, const Shape& shape, size_t e
   }
 }
 
+// Fills `arg.view` from `array`, the DLPack import of `obj`.
+template <typename Array>
+void describe(const Array& array, bool bfloat16, const char* name, ArrayArg& arg) {
+  const Device device = device_of(array.device_type(), name);
+  const DType dtype = bfloat16 ? DType::kBF16 : from_dlpack(array.dtype(), name);
+  Shape shape(array.ndim());
+  for (size_t i = 0; i < shape.size(); ++i) shape[i] = static_cast<int64_t>(array.shape(i));
+  check_layout(array, shape, dtype_size(dtype), name);
+  // The engine never writes through an input view; TensorView just has no const flavour.
+  arg.view = TensorView(const_cast<void*>(static_cast<const void*>(array.data())), dtype,
+                        std::move(shape), device);
+  arg.device_id = array.device_id();
+  arg.name = name;
+}
+
+[[noreturn]] void refuse(nb::handle obj, const char* name, const char* what) {
+  fail("{}: expected {} (anything with __dlpack__ or the buffer protocol); got {}{}", name, what,
+       python_type_name(obj), dlpack_refusal(obj));
+}
+
 }  // namespace
 
 ArrayArg borrow_array(nb::handle obj, const char* name) {
   nb::object source = nb::borrow(obj);
   const bool bfloat16 = is_numpy_bfloat16(obj);
   if (bfloat16) source = obj.attr("view")("uint16");
-
   ArrayArg arg;
-  if (!nb::try_cast(source, arg.array)) {
-    fail(
-        "{}: expected a NumPy array or a PyTorch tensor (anything with __dlpack__ or the "
-        "buffer protocol); got {}{}",
-        name, python_type_name(obj), dlpack_refusal(obj));
+  if (!nb::try_cast(source, arg.array)) refuse(obj, name, "a NumPy array or a PyTorch tensor");
+  describe(arg.array, bfloat16, name, arg);
+  return arg;
+}
+
+ArrayArg borrow_output(nb::handle obj, const char* name) {
+  nb::object source = nb::borrow(obj);
+  const bool bfloat16 = is_numpy_bfloat16(obj);
+  if (bfloat16) source = obj.attr("view")("uint16");
+  ArrayArg arg;
+  if (!nb::try_cast(source, arg.writable)) {
+    refuse(obj, name, "a writable NumPy array or PyTorch tensor");
   }
-  check_device(arg.array, name);
-  const DType dtype = bfloat16 ? DType::kBF16 : from_dlpack(arg.array.dtype(), name);
-  Shape shape(arg.array.ndim());
-  for (size_t i = 0; i < shape.size(); ++i) shape[i] = static_cast<int64_t>(arg.array.shape(i));
-  check_layout(arg.array, shape, dtype_size(dtype), name);
-  // The engine never writes through an input view; TensorView just has no const flavour.
-  arg.view = TensorView(const_cast<void*>(arg.array.data()), dtype, std::move(shape));
+  describe(arg.writable, bfloat16, name, arg);
   return arg;
 }
 
@@ -228,6 +246,21 @@ nb::object to_python(Tensor tensor, Framework framework) {
                                            nb::dtype<uint16_t>(), kDlpackCpu)
                         .cast();
   return bits.attr("view")(numpy_bfloat16());
+}
+
+const char* framework_dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+      return "float32";
+    case DType::kBF16:
+      return "bfloat16";
+    case DType::kF16:
+      return "float16";
+    case DType::kI32:
+      return "int32";
+    default:
+      fail("array export: unsupported dtype {}", dtype_name(dtype));
+  }
 }
 
 nb::object numpy_view(const TensorView& view, nb::handle owner) {

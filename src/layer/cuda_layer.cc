@@ -53,7 +53,7 @@ double since_us(std::chrono::steady_clock::time_point start) {
 CudaLayer::CudaLayer(const MoeConfig& config, const LayerWeights& weights)
     : config_(config), router_dtype_(weights.router.dtype()) {
   check_supported(config, weights);
-  check(cudaStreamCreate(&stream_), "cudaStreamCreate");
+  check(cudaGetDevice(&device_), "cudaGetDevice");
   check(cublasCreate(&cublas_), "cublasCreate");
   upload(router_, weights.router);
   upload(w13_, weights.w13);
@@ -64,12 +64,20 @@ CudaLayer::CudaLayer(const MoeConfig& config, const LayerWeights& weights)
 
 CudaLayer::~CudaLayer() {
   if (cublas_ != nullptr) cublasDestroy(cublas_);
-  if (stream_ != nullptr) cudaStreamDestroy(stream_);
 }
 
 void CudaLayer::forward(const TensorView& hidden, const TensorView& out,
                         std::vector<int32_t>& topk_ids, std::vector<float>& topk_weights,
-                        std::vector<int32_t>& expert_counts, StageTimes& times) {
+                        std::vector<int32_t>& expert_counts, StageTimes& times,
+                        cudaStream_t stream) {
+  int device = 0;
+  check(cudaGetDevice(&device), "cudaGetDevice");
+  if (device != device_) {
+    fail(
+        "hidden: the layer's weights are on GPU {}, but this call runs on GPU {} (the current "
+        "device); make GPU {} current, or build a layer there",
+        device_, device, device_);
+  }
   const RoutingConfig& r = config_.routing;
   const int64_t M = hidden.size(0), H = config_.experts.hidden_size, E = r.num_experts;
   const int64_t k = r.top_k;
@@ -83,7 +91,7 @@ void CudaLayer::forward(const TensorView& hidden, const TensorView& out,
     hidden_.reserve(std::max<size_t>(hidden.nbytes(), 1));
     out_.reserve(std::max<size_t>(hidden.nbytes(), 1));
     check(cudaMemcpyAsync(hidden_.data(), hidden.data, hidden.nbytes(), cudaMemcpyHostToDevice,
-                          stream_),
+                          stream),
           "cudaMemcpyAsync (hidden)");
     hidden_data = hidden_.data();
     out_data = out_.data();
@@ -93,11 +101,11 @@ void CudaLayer::forward(const TensorView& hidden, const TensorView& out,
   weights_.reserve(std::max<int64_t>(M * k, 1) * sizeof(float));
   counts_.reserve(E * sizeof(int32_t));
 
-  check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+  check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
   const auto route_start = std::chrono::steady_clock::now();
   cuda::router_gemm(cublas_, hidden_data, router_.data(), router_dtype_, M, H, E,
-                    static_cast<float*>(logits_.data()), stream_);
-  check(cudaMemsetAsync(counts_.data(), 0, E * sizeof(int32_t), stream_), "cudaMemsetAsync");
+                    static_cast<float*>(logits_.data()), stream);
+  check(cudaMemsetAsync(counts_.data(), 0, E * sizeof(int32_t), stream), "cudaMemsetAsync");
   cuda::SelectArgs select;
   select.logits = static_cast<const float*>(logits_.data());
   select.router_bias = r.has_router_bias ? static_cast<const float*>(router_bias_.data()) : nullptr;
@@ -107,8 +115,8 @@ void CudaLayer::forward(const TensorView& hidden, const TensorView& out,
   select.topk_ids = static_cast<int32_t*>(ids_.data());
   select.topk_weights = static_cast<float*>(weights_.data());
   select.expert_counts = static_cast<int32_t*>(counts_.data());
-  cuda::select_experts(r, select, stream_);
-  check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+  cuda::select_experts(r, select, stream);
+  check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
   const double route_us = since_us(route_start);
 
   ExpertsProblem problem;
@@ -126,26 +134,26 @@ void CudaLayer::forward(const TensorView& hidden, const TensorView& out,
   problem.topk_ids = select.topk_ids;
   problem.topk_weights = select.topk_weights;
   problem.out = out_data;
-  experts_.run(problem, cuda::default_plan(problem), stream_, &times);
+  experts_.run(problem, cuda::default_plan(problem), stream, &times);
   times.route_us = route_us;
 
   topk_ids.resize(M * k);
   topk_weights.resize(M * k);
   expert_counts.resize(E);
   check(cudaMemcpyAsync(topk_ids.data(), ids_.data(), M * k * sizeof(int32_t),
-                        cudaMemcpyDeviceToHost, stream_),
+                        cudaMemcpyDeviceToHost, stream),
         "cudaMemcpyAsync (topk_ids)");
   check(cudaMemcpyAsync(topk_weights.data(), weights_.data(), M * k * sizeof(float),
-                        cudaMemcpyDeviceToHost, stream_),
+                        cudaMemcpyDeviceToHost, stream),
         "cudaMemcpyAsync (topk_weights)");
   check(cudaMemcpyAsync(expert_counts.data(), counts_.data(), E * sizeof(int32_t),
-                        cudaMemcpyDeviceToHost, stream_),
+                        cudaMemcpyDeviceToHost, stream),
         "cudaMemcpyAsync (expert_counts)");
   if (!on_device) {
-    check(cudaMemcpyAsync(out.data, out_.data(), out.nbytes(), cudaMemcpyDeviceToHost, stream_),
+    check(cudaMemcpyAsync(out.data, out_.data(), out.nbytes(), cudaMemcpyDeviceToHost, stream),
           "cudaMemcpyAsync (out)");
   }
-  check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+  check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
 }
 
 }  // namespace moe

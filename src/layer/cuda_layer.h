@@ -1,6 +1,6 @@
-// The GPU half of MoeLayer (backend kCuda): the layer's weights copied to device memory once,
-// then route (cuBLAS router GEMM + fused select) and the experts on one stream, over buffers
-// that grow to the largest batch and are then reused.
+// The GPU half of MoeLayer (backend kCuda): the layer's weights copied once to the memory of the
+// device current at construction, then route (cuBLAS router GEMM + fused select) and the experts
+// on the caller's stream, over buffers that grow to the largest batch and are then reused.
 #pragma once
 
 #include <cublas_v2.h>
@@ -25,16 +25,18 @@ class CudaLayer {
   CudaLayer(const CudaLayer&) = delete;
   CudaLayer& operator=(const CudaLayer&) = delete;
 
-  // hidden and out bf16 [M, H], both on the CPU or both on the GPU. Leaves the batch's routing
-  // in topk_ids / topk_weights / expert_counts (host, resized to fit).
+  // hidden and out bf16 [M, H], both on the CPU or both on the GPU (the layer's, which must be
+  // current). Runs on `stream` and synchronizes it before returning: the batch's routing is left
+  // in topk_ids / topk_weights / expert_counts (host, resized to fit), so the buffers are free
+  // for the next call whatever stream it uses.
   void forward(const TensorView& hidden, const TensorView& out, std::vector<int32_t>& topk_ids,
                std::vector<float>& topk_weights, std::vector<int32_t>& expert_counts,
-               StageTimes& times);
+               StageTimes& times, cudaStream_t stream);
 
  private:
   MoeConfig config_;
   DType router_dtype_;
-  cudaStream_t stream_ = nullptr;
+  int device_ = 0;  // where the weights and buffers live
   cublasHandle_t cublas_ = nullptr;
   cuda::ExpertsRunner experts_;
   cuda::DeviceBuffer router_, router_bias_, correction_bias_, w13_, w2_;

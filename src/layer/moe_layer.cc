@@ -215,7 +215,7 @@ void MoeLayer::route_batch(const TensorView& hidden) {
   cpu::count_experts(s.topk_ids.data(), M * r.top_k, r.num_experts, s.expert_counts.data());
 }
 
-void MoeLayer::forward(const TensorView& hidden, const TensorView& out) {
+void MoeLayer::forward(const TensorView& hidden, const TensorView& out, void* cuda_stream) {
   const int64_t H = config_.experts.hidden_size, k = config_.routing.top_k;
 #ifdef MOE_WITH_CUDA
   if (state_->cuda) {
@@ -232,7 +232,7 @@ void MoeLayer::forward(const TensorView& hidden, const TensorView& out) {
     state_->num_tokens = hidden.size(0);
     times_ = StageTimes{};
     state_->cuda->forward(hidden, out, state_->topk_ids, state_->topk_weights,
-                          state_->expert_counts, times_);
+                          state_->expert_counts, times_, static_cast<cudaStream_t>(cuda_stream));
     return;
   }
 #endif
@@ -323,6 +323,11 @@ void MoeLayer::forward_experts(const TensorView& hidden, const TensorView& topk_
 
 Tensor MoeLayer::forward(const TensorView& hidden) {
   check_rank(hidden, "hidden", 2);
+  if (hidden.device != Device::kCpu) {
+    fail(
+        "hidden: a GPU tensor, but forward(hidden) returns a host tensor; pass a device out to "
+        "forward(hidden, out, cuda_stream)");
+  }
   Tensor out(hidden.dtype, hidden.shape);
   forward(hidden, out);
   return out;

@@ -13,6 +13,7 @@
 #ifdef MOE_WITH_CUDA
 #include <map>
 #include <string>
+#include <utility>
 
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/fused_experts.h"
@@ -49,10 +50,13 @@ const std::string& device_name(int device) {
   return names.emplace(device, properties.name).first->second;
 }
 
-// One workspace per thread and device, grown to the largest call seen and then reused. The plan
-// is the tuned one for this GPU and shape where a table has it (ops/cuda_plan_choice.h).
+// One workspace per thread, device and stream, grown to the largest call seen and then reused:
+// calls on one stream run in order, while calls queued on two streams may run at once and so
+// must not share one. The plan is the tuned one for this GPU and shape where a table has it
+// (ops/cuda_plan_choice.h).
 void run_cuda(const ExpertsProblem& problem, const ExpertsOptions& options, StageTimes* times) {
-  thread_local std::map<int, cuda::ExpertsRunner> runners;
+  thread_local std::map<std::pair<int, cudaStream_t>, cuda::ExpertsRunner> runners;
+  const auto stream = static_cast<cudaStream_t>(options.cuda_stream);
   int device = 0;
   cuda::check(cudaGetDevice(&device), "cudaGetDevice");
   cuda::ExpertsPlan plan = cuda_plans::choose_plan(problem, device_name(device));
@@ -68,7 +72,7 @@ void run_cuda(const ExpertsProblem& problem, const ExpertsOptions& options, Stag
       plan.kernel = cuda::GemmKernel::kMma;
     }
   }
-  runners[device].run(problem, plan, static_cast<cudaStream_t>(options.cuda_stream), times);
+  runners[{device, stream}].run(problem, plan, stream, times);
 }
 #endif
 

@@ -345,6 +345,54 @@ TEST(AlignBlockSize, RandomTinyBatchLayout) {
   }
 }
 
+// The out form (vLLM's buffers, worst-case sized) writes what the allocating form returns, and
+// leaves the entries past num_pairs_post_padded alone.
+TEST(AlignBlockSize, OutFormMatchesTheAllocatingForm) {
+  for (uint64_t seed = 1; seed <= 200; ++seed) {
+    const Routing r = random_routing(seed);
+    SCOPED_TRACE(r.describe());
+    const TensorView map = r.expert_map.defined() ? r.expert_map.view() : TensorView();
+    const AlignedPairs want = align_block_size(r.topk_ids, r.num_experts, r.block_m, map);
+    const int64_t capacity =
+        max_num_pairs_post_padded(r.topk_ids.numel(), r.num_experts, r.block_m);
+    Tensor sorted(DType::kI32, {capacity + 1}), blocks(DType::kI32, {capacity / r.block_m + 1});
+    Tensor total(DType::kI32, {1});
+    for (const Tensor* t : {&sorted, &blocks, &total}) testing::poison(*t);
+    align_block_size(r.topk_ids, r.num_experts, r.block_m, map, sorted, blocks, total);
+    ASSERT_EQ(total.data<int32_t>()[0], want.num_pairs_post_padded);
+    const int64_t num_blocks = want.num_pairs_post_padded / r.block_m;
+    for (int64_t i = 0; i <= capacity; ++i) {
+      const int32_t expected = i < want.num_pairs_post_padded ? want.sorted_pair_ids[i] : -1;
+      ASSERT_EQ(sorted.data<int32_t>()[i], expected) << "entry " << i;
+    }
+    for (int64_t b = 0; b <= capacity / r.block_m; ++b) {
+      const int32_t expected = b < num_blocks ? want.expert_ids[b] : -1;
+      ASSERT_EQ(blocks.data<int32_t>()[b], expected) << "block " << b;
+    }
+  }
+}
+
+TEST(AlignBlockSize, OutFormChecksItsBuffers) {
+  const Tensor ids = ids_tensor({2, 2}, {0, 1, 2, 3});
+  const int64_t capacity = max_num_pairs_post_padded(4, 4, 16);  // 64 entries, 4 blocks
+  Tensor sorted(DType::kI32, {capacity}), blocks(DType::kI32, {capacity / 16});
+  Tensor total(DType::kI32, {1}), two(DType::kI32, {2});
+  const Tensor short_sorted(DType::kI32, {capacity - 1}), short_blocks(DType::kI32, {3});
+  const Tensor float_total(DType::kF32, {1});
+  expect_error([&] { align_block_size(ids, 4, 16, {}, short_sorted, blocks, total); },
+               {"sorted_pair_ids", "at least 64", "[63]"});
+  expect_error([&] { align_block_size(ids, 4, 16, {}, sorted, short_blocks, total); },
+               {"expert_ids", "at least 4", "[3]"});
+  expect_error([&] { align_block_size(ids, 4, 16, {}, sorted, blocks, float_total); },
+               {"num_pairs_post_padded", "i32", "f32"});
+  expect_error([&] { align_block_size(ids, 4, 16, {}, sorted, blocks, two); },
+               {"num_pairs_post_padded", "[1]", "[2]"});
+  TensorView on_gpu = sorted.view();
+  on_gpu.device = Device::kCuda;
+  expect_error([&] { align_block_size(ids, 4, 16, {}, on_gpu, blocks, total); },
+               {"sorted_pair_ids", "GPU"});
+}
+
 TEST(AlignBlockSize, BadInputNamesTheArgument) {
   const Tensor ids = ids_tensor({2, 2}, {0, 1, 2, 3});
   const Tensor out_of_range = ids_tensor({2, 2}, {0, 1, 4, 3});

@@ -162,9 +162,22 @@ TEST(RoutingErrors, LogitsMustHaveOneColumnPerExpert) {
 }
 
 TEST(RoutingErrors, DeviceAndBackend) {
+  // hidden's device is the call's; every other tensor must share it (checked before any launch).
   Call call;
   call.hidden_view.device = Device::kCuda;
-  expect_error([&] { call.route_it(); }, {"hidden", "CPU"});
+  expect_error([&] { call.route_it(); }, {"router_weight", "expected a tensor on the GPU", "CPU"});
+  Call weight_on_gpu;
+  weight_on_gpu.weight_view.device = Device::kCuda;
+  expect_error([&] { weight_on_gpu.route_it(); },
+               {"router_weight", "expected a tensor on the CPU", "GPU"});
+  Call cuda_on_host;
+  expect_error(
+      [&] {
+        route(cuda_on_host.config, cuda_on_host.hidden_view, cuda_on_host.weight_view,
+              cuda_on_host.inputs, cuda_on_host.ids_view, cuda_on_host.weights_view,
+              cuda_on_host.counts_view, Backend::kCuda);
+      },
+      {"backend", "cuda needs tensors in GPU memory"});
   Call backend;
   expect_error(
       [&] {
