@@ -1,14 +1,17 @@
-// The whole public API of moe-engine.
+// The whole public API of moe-engine (the MPI and NCCL communicators, in their own targets,
+// have their own headers: moe/mpi_communicator.h, moe/nccl_communicator.h).
 #pragma once
 
 #include "moe/align.h"
 #include "moe/backend.h"
 #include "moe/checkpoint.h"
+#include "moe/communicator.h"
 #include "moe/config.h"
 #include "moe/cpu_isa.h"
 #include "moe/dtype.h"
 #include "moe/eplb.h"
 #include "moe/error.h"
+#include "moe/expert_map.h"
 #include "moe/experts.h"
 #include "moe/hardware.h"
 #include "moe/layer.h"
