@@ -29,19 +29,24 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "moe/communicator.h"
 #include "moe/config.h"
-#include "moe/ep_layer.h"
 #include "moe/expert_map.h"
 #include "moe/layer.h"
 #include "moe/tensor.h"
 
 namespace moe {
 
+enum class CudaEpPath : uint8_t { kLowLatency, kHighThroughput };
+
+const char* cuda_ep_path_name(CudaEpPath path);          // "ll" | "ht"
+CudaEpPath parse_cuda_ep_path(const std::string& name);  // throws moe::Error on others
+
 struct CudaEpOptions {
-  DispatcherKind dispatcher = DispatcherKind::kLowLatency;
+  CudaEpPath path = CudaEpPath::kLowLatency;
   // Low-latency: the most token rows one rank sends another per step. A rank never sends one
   // peer more rows than it has tokens, so the most tokens per rank never overflows.
   int64_t low_latency_capacity = 128;
