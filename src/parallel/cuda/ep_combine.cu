@@ -87,7 +87,7 @@ __global__ void __launch_bounds__(kThreads) combine_sum_kernel(CombineSumArgs a)
         if (slot < 0) continue;
         float row[8];
         const __nv_bfloat16* partial = rows + (d * a.capacity + slot) * H;
-        bf16x8_to_float(load_bf16x8<true, false>(partial, v * 8, H), row);
+        bf16x8_to_float(load_coherent(reinterpret_cast<const uint4*>(partial) + v), row);
 #pragma unroll
         for (int e = 0; e < 8; ++e) sum[e] += row[e];
       }

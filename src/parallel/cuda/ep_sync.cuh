@@ -21,6 +21,18 @@ __device__ __forceinline__ void store_release_sys(uint64_t* address, uint64_t va
   asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(address), "l"(value) : "memory");
 }
 
+// A plain (weak, coherent) 16-byte load, for data other GPUs wrote during this kernel and made
+// visible by a release this thread (or its block, through __syncthreads) acquired: __ldg's
+// non-coherent path is only valid for data that no one writes while the kernel runs.
+__device__ __forceinline__ uint4 load_coherent(const uint4* address) {
+  uint4 v;
+  asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(address)
+               : "memory");
+  return v;
+}
+
 __device__ __forceinline__ uint64_t global_timer_ns() {
   uint64_t ns;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));
