@@ -6,6 +6,7 @@
 #include <cuda_runtime_api.h>
 
 #include <array>
+#include <cmath>
 #include <string>
 
 #include "kernels/cuda/check.h"

@@ -77,7 +77,6 @@ __global__ void __launch_bounds__(kThreads) combine_sum_kernel(CombineSumArgs a)
   __syncthreads();
   const int N = a.num_ranks;
   const int64_t H = a.hidden_size;
-  const auto* rows = static_cast<const __nv_bfloat16*>(a.rows);
   auto* out = static_cast<uint4*>(a.out);
   for (int64_t t = blockIdx.x; t < a.num_tokens; t += gridDim.x) {
     for (int64_t v = threadIdx.x; v < H / 8; v += blockDim.x) {
@@ -86,7 +85,7 @@ __global__ void __launch_bounds__(kThreads) combine_sum_kernel(CombineSumArgs a)
         const int32_t slot = a.slot_of[t * N + d];
         if (slot < 0) continue;
         float row[8];
-        const __nv_bfloat16* partial = rows + (d * a.capacity + slot) * H;
+        const __nv_bfloat16* partial = static_cast<const __nv_bfloat16*>(a.rows[d]) + slot * H;
         bf16x8_to_float(load_coherent(reinterpret_cast<const uint4*>(partial) + v), row);
 #pragma unroll
         for (int e = 0; e < 8; ++e) sum[e] += row[e];
@@ -101,7 +100,18 @@ __global__ void __launch_bounds__(kThreads) combine_sum_kernel(CombineSumArgs a)
 
 int64_t grid_for(int64_t items) { return items < 1 ? 1 : items < kMaxBlocks ? items : kMaxBlocks; }
 
+__global__ void hold_kernel(uint64_t nanoseconds) {
+  const uint64_t until = global_timer_ns() + nanoseconds;
+  while (global_timer_ns() < until) {
+  }
+}
+
 }  // namespace
+
+void hold_stream(int64_t microseconds, cudaStream_t stream) {
+  hold_kernel<<<1, 1, 0, stream>>>(static_cast<uint64_t>(microseconds) * 1000);
+  check_launch("ep::hold_stream");
+}
 
 void combine_send(const CombineSendArgs& args, cudaStream_t stream) {
   const int64_t blocks = grid_for(args.num_ranks * args.capacity);

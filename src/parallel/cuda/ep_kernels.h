@@ -81,11 +81,11 @@ struct CombineSendArgs {
 };
 
 struct CombineSumArgs {
-  const void* rows = nullptr;        // bf16 [N, capacity, H]: row d * capacity + i from rank d
+  // Rank d's partial rows: the one for token t is row slot_of[t, d] of rows[d], bf16 [*, H].
+  const void* rows[kMaxRanks] = {};
   const int32_t* slot_of = nullptr;  // [M, N]
   int64_t num_tokens = 0;
   int64_t hidden_size = 0;
-  int64_t capacity = 0;
   int num_ranks = 0;
   void* out = nullptr;  // bf16 [M, H]
   // Low-latency: wait for every rank's combine flag of this step first. Null: no wait (the rows
@@ -100,5 +100,10 @@ void dispatch_send(const DispatchSendArgs& args, cudaStream_t stream);
 void dispatch_wait(const DispatchWaitArgs& args, cudaStream_t stream);
 void combine_send(const CombineSendArgs& args, cudaStream_t stream);
 void combine_sum(const CombineSumArgs& args, cudaStream_t stream);
+
+// Keeps the stream busy for `microseconds` (a spin on the global timer), so the host queues the
+// next stages before the GPU reaches them: benchmarks of microsecond stages then time the GPU,
+// not the host's launch calls.
+void hold_stream(int64_t microseconds, cudaStream_t stream);
 
 }  // namespace moe::cuda::ep

@@ -143,11 +143,11 @@ class LowLatencyPath : public DataPath {
     combine_send(send, stream);
 
     CombineSumArgs sum;
-    sum.rows = at<uint16_t>(local(), layout_.combine_rows);
+    for (int d = 0; d < N; ++d)
+      sum.rows[d] = at<uint16_t>(local(), layout_.combine_rows) + d * C * H;
     sum.slot_of = slot_of_;
     sum.num_tokens = num_tokens_;
     sum.hidden_size = H;
-    sum.capacity = C;
     sum.num_ranks = N;
     sum.out = out;
     sum.flags = at<uint64_t>(local(), layout_.combine_flags);
