@@ -87,6 +87,14 @@ void check_tokens(const TensorView& t, const char* name, DType dtype, int64_t ro
   }
 }
 
+// Makes `device` current without a call when it already is (cheap, and nothing but queries while
+// a stream is being captured).
+void use_device(int device) {
+  int current = -1;
+  check(cudaGetDevice(&current), "cudaGetDevice");
+  if (current != device) check(cudaSetDevice(device), "cudaSetDevice");
+}
+
 // Elapsed microseconds between consecutive events of one step.
 class StepEvents {
  public:
@@ -268,7 +276,7 @@ void CudaEpLayer::dispatch(const TensorView& hidden, const TensorView& topk_ids,
   check_tokens(hidden, "hidden", DType::kBF16, M, H);
   check_tokens(topk_ids, "topk_ids", DType::kI32, M, k);
   check_tokens(topk_weights, "topk_weights", DType::kF32, M, k);
-  check(cudaSetDevice(state_->device), "cudaSetDevice");
+  use_device(state_->device);
   state_->num_tokens = M;
   state_->path->dispatch({hidden.data, static_cast<const int32_t*>(topk_ids.data),
                           static_cast<const float*>(topk_weights.data), M},
@@ -341,7 +349,7 @@ void CudaEpLayer::finish_step() {
 void CudaEpLayer::forward_routed(const TensorView& hidden, const TensorView& topk_ids,
                                  const TensorView& topk_weights, const TensorView& out) {
   State& s = *state_;
-  check(cudaSetDevice(s.device), "cudaSetDevice");
+  use_device(s.device);
   s.events.mark(1, s.stream);
   dispatch(hidden, topk_ids, topk_weights);
   s.events.mark(2, s.stream);
@@ -362,7 +370,7 @@ void CudaEpLayer::forward(const TensorView& hidden, const TensorView& out) {
   const int64_t M = hidden.dim() == 2 ? hidden.size(0) : -1;
   const int64_t H = config_.experts.hidden_size, E = r.num_experts, k = r.top_k;
   check_tokens(hidden, "hidden", DType::kBF16, M, H);
-  check(cudaSetDevice(s.device), "cudaSetDevice");
+  use_device(s.device);
   s.logits.reserve(static_cast<size_t>(std::max<int64_t>(M * E, 1)) * sizeof(float));
   s.ids.reserve(static_cast<size_t>(std::max<int64_t>(M * k, 1)) * sizeof(int32_t));
   s.weights.reserve(static_cast<size_t>(std::max<int64_t>(M * k, 1)) * sizeof(float));
