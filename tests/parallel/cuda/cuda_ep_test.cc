@@ -1,7 +1,8 @@
 // CudaEpLayer under mpirun (one process per GPU) against the single-GPU CUDA layer with the same
 // weights and tokens: both data paths, ranks without tokens, experts without pairs, every token
 // to one rank, overflow of the low-latency capacity (an error on every rank, then a normal step),
-// and a low-latency step captured in a CUDA graph and replayed.
+// a low-latency step captured in a CUDA graph and replayed, and a peer that never enters a step
+// (the others fail within the timeout instead of hanging).
 //
 // Equal within bf16 rounding, not bitwise: each partial row (a token's pairs served by one rank)
 // is rounded to bf16 before the source adds them, where the single-GPU layer adds the k pair rows;
@@ -257,6 +258,38 @@ TEST(CudaEpLowLatency, CapturedStepReplaysInACudaGraph) {
   }
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
+}
+
+TEST(CudaEpLowLatency, PeerThatSkipsAStepFailsTheOthersWithinTheTimeout) {
+  Communicator& host = testing::host_world();
+  const int me = host.rank(), N = host.size();
+  MoeConfig config = small_config();
+  const LayerWeights full = synthetic_layer_weights(config, DType::kBF16, 7);
+  const ExpertMap map = ExpertMap::contiguous(config.routing.num_experts, N);
+  CudaEpOptions options;
+  options.timeout = std::chrono::milliseconds(500);
+  CudaEpLayer layer(config, weights_of_rank(full, map, me), map, host, nullptr, options);
+  if (me == N - 1) return;  // stalls: never enters the step (its layer still leaves collectively)
+  const int64_t M = 4, k = config.routing.top_k, H = config.experts.hidden_size;
+  Tensor ids(DType::kI32, {M, k});
+  testing::fill_uniform_int(ids, me, 0, static_cast<int32_t>(config.routing.num_experts - 1));
+  const DeviceTensor d_hidden(testing::random_normal(DType::kBF16, {M, H}, me)), d_ids(ids);
+  const DeviceTensor d_weights(testing::random_normal(DType::kF32, {M, k}, me));
+  const DeviceTensor out = DeviceTensor::empty_like(DType::kBF16, {M, H});
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    layer.forward_routed(d_hidden, d_ids, d_weights, out);
+    ADD_FAILURE() << "rank " << me << ": no error although rank " << N - 1 << " never answered";
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find(fmt::format("timed out waiting for rank {} in dispatch", N - 1)),
+              std::string::npos)
+        << message;
+  }
+  // Dispatch and combine each wait at most the timeout.
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  // The layer stays failed: a peer is in an unknown step.
+  EXPECT_THROW(layer.finish_step(), Error);
 }
 
 INSTANTIATE_TEST_SUITE_P(Paths, CudaEp,
