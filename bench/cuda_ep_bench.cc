@@ -28,6 +28,7 @@
 #include "kernels/cuda/fill_random.h"
 #include "moe/config.h"
 #include "moe/cuda_ep_layer.h"
+#include "moe/ep_layer.h"
 #include "moe/error.h"
 #include "moe/mpi_communicator.h"
 #include "moe/nccl_communicator.h"
@@ -149,7 +150,7 @@ double nccl_all_to_all_seconds(Communicator& host, Communicator& nccl, int64_t b
 struct Case {
   std::string model;
   int64_t tokens;
-  CudaEpPath path;
+  DispatcherKind dispatcher;
 };
 
 void run_case(Communicator& host, Communicator& nccl, const Case& c, int iterations,
@@ -161,7 +162,7 @@ void run_case(Communicator& host, Communicator& nccl, const Case& c, int iterati
   const int64_t H = config.experts.hidden_size, E = config.routing.num_experts;
   const int64_t k = config.routing.top_k, M = c.tokens;
   CudaEpOptions options;
-  options.path = c.path;
+  options.dispatcher = c.dispatcher;
   options.low_latency_capacity = M;  // a rank never sends one peer more rows than its tokens
   CudaEpLayer layer =
       CudaEpLayer::synthetic(config, ExpertMap::contiguous(E, N), host, &nccl, options, 1);
@@ -222,7 +223,7 @@ void run_case(Communicator& host, Communicator& nccl, const Case& c, int iterati
     if (i >= 3) step.push_back(layer.last_stats().total_us);
   }
   // The low-latency step (dispatch, experts, combine) as one CUDA graph: no launch gaps.
-  if (c.path == CudaEpPath::kLowLatency) {
+  if (c.dispatcher == DispatcherKind::kLowLatency) {
     cudaGraph_t graph = nullptr;
     cudaGraphExec_t exec = nullptr;
     check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "capture");
@@ -264,8 +265,8 @@ void run_case(Communicator& host, Communicator& nccl, const Case& c, int iterati
     std::printf(
         "%-14s %6lld  %-2s | %8.1f %7.1f | %8.1f %7.1f | %9.1f %9.1f %11s | %8.1f %7.1f | "
         "%5.0f%% %5.0f%% | %5.0f%%\n",
-        c.model.c_str(), static_cast<long long>(M), cuda_ep_path_name(c.path), d_us, d_gbs, c_us,
-        c_gbs, x_us, s_us, graph_step.empty() ? "-" : fmt::format("{:.1f}", g_us).c_str(),
+        c.model.c_str(), static_cast<long long>(M), dispatcher_name(c.dispatcher), d_us, d_gbs,
+        c_us, c_gbs, x_us, s_us, graph_step.empty() ? "-" : fmt::format("{:.1f}", g_us).c_str(),
         nccl_s * 1e6, nccl_gbs, 100 * d_gbs / (peer_bandwidth / 1e9),
         100 * c_gbs / (peer_bandwidth / 1e9), 100 * d_gbs / std::max(nccl_gbs, 1e-9));
   }
@@ -317,7 +318,7 @@ int run(int argc, char** argv) {
   for (const std::string& model : models) {
     for (int64_t t : tokens) {
       for (const std::string& p : paths) {
-        run_case(*host, *nccl, {model, t, parse_cuda_ep_path(p)}, iterations, peer);
+        run_case(*host, *nccl, {model, t, parse_dispatcher(p)}, iterations, peer);
       }
     }
   }

@@ -29,24 +29,19 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
-#include <string>
 #include <vector>
 
 #include "moe/communicator.h"
 #include "moe/config.h"
+#include "moe/ep_layer.h"
 #include "moe/expert_map.h"
 #include "moe/layer.h"
 #include "moe/tensor.h"
 
 namespace moe {
 
-enum class CudaEpPath : uint8_t { kLowLatency, kHighThroughput };
-
-const char* cuda_ep_path_name(CudaEpPath path);          // "ll" | "ht"
-CudaEpPath parse_cuda_ep_path(const std::string& name);  // throws moe::Error on others
-
 struct CudaEpOptions {
-  CudaEpPath path = CudaEpPath::kLowLatency;
+  DispatcherKind dispatcher = DispatcherKind::kLowLatency;  // moe/ep_layer.h
   // Low-latency: the most token rows one rank sends another per step. A rank never sends one
   // peer more rows than it has tokens, so the most tokens per rank never overflows.
   int64_t low_latency_capacity = 128;
@@ -70,12 +65,12 @@ class CudaEpLayer {
  public:
   // The layer of rank host.rank() on the current CUDA device. local_weights: router [E, H] bf16
   // (and its biases); w13 [L, 2I, H] and w2 [L, H, I] bf16 for this rank's L slots
-  // (local_layer_weights). `host` is a host-memory communicator (MPI) of the ranks: it bootstraps
-  // the IPC buffers and carries the high-throughput counts; `device` (NCCL, on this device) moves
-  // the high-throughput rows and may be null for the low-latency path. Both must outlive the
-  // layer, and every rank constructs it (a collective). Throws moe::Error on what the GPU path
-  // does not run: replicas in the map, more than 8 ranks (low-latency), ranks on several hosts
-  // (low-latency), H not a multiple of 8, or what the CUDA MoeLayer refuses.
+  // (local_layer_weights in moe/ep_layer.h). `host` is a host-memory communicator (MPI) of the
+  // ranks: it bootstraps the IPC buffers and carries the high-throughput counts; `device` (NCCL, on
+  // this device) moves the high-throughput rows and may be null for the low-latency path. Both must
+  // outlive the layer, and every rank constructs it (a collective). Throws moe::Error on what the
+  // GPU path does not run: replicas in the map, more than 8 ranks (low-latency), ranks on several
+  // hosts (low-latency), H not a multiple of 8, or what the CUDA MoeLayer refuses.
   CudaEpLayer(MoeConfig config, const LayerWeights& local_weights, ExpertMap map,
               Communicator& host, Communicator* device, CudaEpOptions options = {});
   // The same with this rank's expert weights drawn on the GPU (benchmarks of large shapes), the

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,11 @@ struct LayerWeights {
 // projection keeps activations of order one, router logits have unit spread. The same seed gives
 // the same weights on every machine and thread count.
 LayerWeights synthetic_layer_weights(const MoeConfig& config, DType dtype, uint64_t seed);
+// The same weights with w13, w2 and their biases cut to `experts` (logical ids, in that order,
+// repeats allowed): what one rank of an expert-parallel group holds, without building the rest.
+// An empty list means every expert.
+LayerWeights synthetic_layer_weights(const MoeConfig& config, DType dtype, uint64_t seed,
+                                     std::span<const int32_t> experts);
 
 struct LayerOptions {
   Backend backend = Backend::kAuto;

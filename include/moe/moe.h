@@ -9,6 +9,7 @@
 #include "moe/config.h"
 #include "moe/cpu_isa.h"
 #include "moe/dtype.h"
+#include "moe/ep_layer.h"
 #include "moe/eplb.h"
 #include "moe/error.h"
 #include "moe/expert_map.h"

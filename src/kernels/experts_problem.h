@@ -18,6 +18,10 @@ struct ExpertsProblem {
   int64_t num_local_experts = 0;  // experts held in w13 / w2
 
   const void* hidden = nullptr;  // [M, H] of hidden_dtype
+  // [M * k]: where pair p's input row is, when not at row p / k of `hidden` (under expert
+  // parallelism: a row received from another rank, sent once for all its pairs there, or a row of
+  // the rank's own batch). hidden is then unused.
+  const void* const* hidden_row_ptrs = nullptr;
   DType hidden_dtype = DType::kF32;
   const void* w13 = nullptr;  // [E_local, 2I, H] of weight_dtype
   const void* w2 = nullptr;   // [E_local, H, I] of weight_dtype

@@ -9,9 +9,9 @@
 #include "kernels/cpu/routing.h"
 #include "kernels/cpu/threads.h"
 #include "kernels/reference/experts.h"
+#include "layer/layer_weights_check.h"
 #include "moe/error.h"
 #include "moe/routing.h"
-#include "ops/experts_validation.h"
 
 #ifdef MOE_WITH_CUDA
 #include "layer/cuda_layer.h"
@@ -58,58 +58,6 @@ int64_t LayerWeights::nbytes() const {
 
 namespace {
 
-void check_optional(const Tensor& t, bool wanted, const char* name, const char* why) {
-  if (wanted && !t.defined()) fail("layer weights: {} is missing; the config has {}", name, why);
-  if (!wanted && t.defined())
-    fail("layer weights: {} is given but the config has no {}", name, why);
-}
-
-ExpertsOptions experts_options(const MoeConfig& config, const LayerWeights& w,
-                               const LayerOptions& options) {
-  ExpertsOptions o;
-  o.activation = config.experts.activation;
-  o.swiglu_alpha = config.experts.swiglu_alpha;
-  o.swiglu_limit = config.experts.swiglu_limit;
-  o.apply_router_weight_on_input = config.routing.apply_weight_on_input;
-  if (w.w13_bias.defined()) o.w13_bias = w.w13_bias;
-  if (w.w2_bias.defined()) o.w2_bias = w.w2_bias;
-  if (w.shared_w13.defined()) {
-    o.shared.w13 = w.shared_w13;
-    o.shared.w2 = w.shared_w2;
-    if (w.shared_gate.defined()) o.shared.gate = w.shared_gate;
-  }
-  o.block_m = options.block_m;
-  o.backend = options.backend;
-  o.num_threads = options.num_threads;
-  return o;
-}
-
-// Validates the weights through the same checks as fused_experts, on an empty batch.
-ValidatedExperts validate_weights(const MoeConfig& config, const LayerWeights& w,
-                                  const LayerOptions& options) {
-  const RoutingConfig& r = config.routing;
-  const ExpertsConfig& x = config.experts;
-  if (!w.router.defined()) fail("layer weights: router is missing");
-  check_shape(w.router, "router", {r.num_experts, x.hidden_size});
-  check_optional(w.router_bias, r.has_router_bias, "router_bias", "a router bias");
-  check_optional(w.correction_bias, r.has_correction_bias, "correction_bias", "a correction bias");
-  check_optional(w.w13_bias, x.has_bias, "w13_bias", "expert biases");
-  check_optional(w.w2_bias, x.has_bias, "w2_bias", "expert biases");
-  check_optional(w.shared_w13, x.shared_intermediate_size > 0, "shared_w13", "shared experts");
-  check_optional(w.shared_gate, x.shared_gate, "shared_gate", "a shared-expert gate");
-  if (!w.w13.defined() || !w.w2.defined()) fail("layer weights: w13 and w2 are required");
-  check_shape(w.w13, "w13", {r.num_experts, 2 * x.intermediate_size, x.hidden_size});
-  if (w.shared_w13.defined()) {
-    check_shape(w.shared_w13, "shared_w13", {2 * x.shared_intermediate_size, x.hidden_size});
-  }
-
-  const TensorView no_hidden(nullptr, w.w13.dtype(), {0, x.hidden_size});
-  const TensorView no_ids(nullptr, DType::kI32, {0, r.top_k});
-  const TensorView no_weights(nullptr, DType::kF32, {0, r.top_k});
-  return validate_experts(no_hidden, w.w13, w.w2, no_weights, no_ids, no_hidden,
-                          experts_options(config, w, options));
-}
-
 void check_hidden_and_out(const TensorView& hidden, const TensorView& out, int64_t hidden_size) {
   check_device(hidden, "hidden", Device::kCpu);
   check_contiguous(hidden, "hidden");
@@ -148,7 +96,8 @@ MoeLayer::MoeLayer(MoeConfig config, LayerWeights weights, LayerOptions options)
     : config_(std::move(config)), weights_(std::move(weights)), options_(options) {
   validate(config_);
   state_ = std::make_unique<State>();
-  state_->experts = validate_weights(config_, weights_, options_);
+  state_->experts =
+      validate_layer_weights(config_, weights_, options_, config_.routing.num_experts);
   state_->weight_dtype = weights_.w13.dtype();
   if (options_.backend == Backend::kCuda) {
     // The GPU keeps its own copy of the weights; the host copy stays for weights().

@@ -13,9 +13,11 @@
 #include "common/expect_error.h"
 #include "common/random_tensors.h"
 #include "experts/experts_case.h"
+#include "kernels/cpu/fused_experts.h"
 #include "kernels/kernel_sets.h"
 #include "moe/error.h"
 #include "moe/experts.h"
+#include "ops/experts_validation.h"
 
 namespace moe::testing {
 namespace {
@@ -289,6 +291,50 @@ TEST(FusedExperts, ATokensResultDoesNotDependOnItsBatch) {
     const Tensor all = run_cpu_kernels(full, set.kernels, 2);
     const Tensor head = run_cpu_kernels(few, set.kernels, 2);
     EXPECT_EQ(std::memcmp(all.data<void>(), head.data<void>(), bytes), 0) << set.name;
+  }
+}
+
+// Expert parallelism hands gemm1 a pointer per pair instead of hidden[p / k]: rows received from
+// other ranks, in any order. Each pair must read exactly its row, on every kernel set.
+TEST(FusedExperts, InputRowsThroughPointersGiveTheSameBits) {
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    ExpertsCase c;
+    c.num_tokens = 37;
+    c.hidden_size = 75;
+    c.intermediate_size = 40;
+    c.num_experts = 7;
+    c.top_k = 3;
+    c.dtype = c.weight_dtype = dtype;
+    c.routing = Routing::kSkewed;
+    c.seed = 31;
+    SCOPED_TRACE(c.describe());
+    const ExpertsInputs in = make_inputs(c);
+    const int64_t M = c.num_tokens, H = c.hidden_size, k = c.top_k;
+    // The tokens' rows in reverse order in another buffer, and each pair's pointer into it.
+    const size_t row_bytes = static_cast<size_t>(H) * dtype_size(dtype);
+    Tensor reversed(dtype, {M, H});
+    for (int64_t t = 0; t < M; ++t) {
+      std::memcpy(reversed.data<char>() + (M - 1 - t) * row_bytes,
+                  in.hidden.data<char>() + t * row_bytes, row_bytes);
+    }
+    std::vector<const void*> row_ptrs(static_cast<size_t>(M * k));
+    for (int64_t p = 0; p < M * k; ++p) {
+      row_ptrs[p] = reversed.data<char>() + (M - 1 - p / k) * row_bytes;
+    }
+    for (const KernelSet& set : runnable_kernel_sets(c.weight_dtype)) {
+      const Tensor direct = run_cpu_kernels(in, set.kernels, 2);
+      Tensor through(dtype, {M, H});
+      poison(through);
+      ValidatedExperts v = validate_experts(in.hidden, in.w13, in.w2, in.topk_weights, in.topk_ids,
+                                            through, in.options);
+      v.problem.hidden = nullptr;  // every row must come through the pointers
+      v.problem.hidden_row_ptrs = row_ptrs.data();
+      cpu::ExpertsWorkspace workspace;
+      cpu::fused_experts(v.problem, nullptr, set.kernels, cpu::kDefaultBlockM, workspace, 2,
+                         nullptr);
+      EXPECT_EQ(std::memcmp(direct.data<void>(), through.data<void>(), direct.nbytes()), 0)
+          << set.name;
+    }
   }
 }
 

@@ -1,7 +1,8 @@
 // The CPU experts pipeline. Stage by stage, as include/moe/experts.h defines it:
 //   align   pairs grouped by expert (a counting sort: one group per touched expert)
 //   gemm1   cache2[p] = act(hidden[p / k] · w13[e]^T)   act in the epilogue; cache1 never exists
-//           (cache2 in gemm2's input dtype: f32, or bf16 for the bf16 kernels)
+//           (cache2 in gemm2's input dtype: f32, or bf16 for the bf16 kernels; the input row is
+//           read at hidden_row_ptrs[p] instead when the problem gives them: expert parallelism)
 //   gemm2   cache3[p] = topk_weights[p] * cache2[p] · w2[e]^T   weight in the epilogue
 //   shared  the always-on MLP over all tokens, as a one-expert gemm1 and gemm2
 //   sum     out[t] = sum_j cache3[t*k + j] + shared[t]
@@ -75,7 +76,8 @@ void zero_non_local_rows(const ExpertsProblem& pb, ExpertsWorkspace& ws, float* 
   }
 }
 
-// Packs the experts this batch touches into the workspace; returns the tables that point at them.
+// Packs the routed experts this batch touches into the workspace; returns the tables that point
+// at them (shared_expert_outputs packs the shared experts).
 PackedExpertsView pack_touched(const ExpertsProblem& pb, ExpertsWorkspace& ws, int num_threads) {
   PackedExpertsView v;
   v.w13 = gated_layout(pb.weight_dtype, pb.intermediate_size, pb.hidden_size);
@@ -106,14 +108,6 @@ PackedExpertsView pack_touched(const ExpertsProblem& pb, ExpertsWorkspace& ws, i
   }
   v.w13_experts = ws.w13_table.data();
   v.w2_experts = ws.w2_table.data();
-  if (pb.shared_intermediate_size > 0) {
-    ws.packed_shared = PackedExperts::pack_shared(pb, num_threads);
-    const PackedExpertsView shared = ws.packed_shared.view();
-    v.shared_w13 = shared.shared_w13;
-    v.shared_w2 = shared.shared_w2;
-    v.shared_w13_data = shared.shared_w13_data;
-    v.shared_w2_data = shared.shared_w2_data;
-  }
   return v;
 }
 
@@ -169,11 +163,11 @@ void run_shared_experts(const ExpertsProblem& pb, const PackedExpertsView& packe
 
 }  // namespace
 
-void fused_experts(const ExpertsProblem& pb, const PackedExpertsView* packed,
-                   const ExpertKernels& kernels, int64_t block_m, ExpertsWorkspace& ws,
-                   int num_threads, StageTimes* times) {
+const float* routed_pair_outputs(const ExpertsProblem& pb, const PackedExpertsView* packed,
+                                 const ExpertKernels& kernels, int64_t block_m,
+                                 ExpertsWorkspace& ws, int num_threads, StageTimes* times) {
   num_threads = resolve_num_threads(num_threads);
-  const int64_t M = pb.num_tokens, H = pb.hidden_size, I = pb.intermediate_size;
+  const int64_t H = pb.hidden_size, I = pb.intermediate_size;
   const int64_t num_pairs = pb.num_pairs();
   const ActivationParams act{pb.activation, pb.swiglu_alpha, pb.swiglu_limit};
   StageClock clock(times);
@@ -188,6 +182,7 @@ void fused_experts(const ExpertsProblem& pb, const PackedExpertsView* packed,
   gemm1.a = pb.hidden;
   gemm1.a_dtype = pb.hidden_dtype;
   gemm1.a_row_divisor = pb.top_k;
+  gemm1.a_row_ptrs = pb.hidden_row_ptrs;
   gemm1.a_scale = pb.weight_on_input ? pb.topk_weights : nullptr;
   gemm1.layout = weights.w13;
   gemm1.experts = weights.w13_experts;
@@ -210,15 +205,36 @@ void fused_experts(const ExpertsProblem& pb, const PackedExpertsView* packed,
   packed_gemm(gemm2, ws.groups.data(), num_groups, kernels, block_m, ws.gemm, num_threads);
   zero_non_local_rows(pb, ws, cache3);
   clock.lap(&StageTimes::gemm2_us);
+  return cache3;
+}
 
-  const float* shared = nullptr;
-  if (pb.shared_intermediate_size > 0 && M > 0) {
-    run_shared_experts(pb, weights, kernels, block_m, ws, act, num_threads);
-    shared = ws.shared_out.data();
-    clock.lap(&StageTimes::shared_us);
+const float* shared_expert_outputs(const ExpertsProblem& pb, const PackedExpertsView* packed,
+                                   const ExpertKernels& kernels, int64_t block_m,
+                                   ExpertsWorkspace& ws, int num_threads, StageTimes* times) {
+  if (pb.shared_intermediate_size == 0 || pb.num_tokens == 0) return nullptr;
+  num_threads = resolve_num_threads(num_threads);
+  StageClock clock(times);
+  PackedExpertsView packed_here;
+  if (!packed) {
+    ws.packed_shared = PackedExperts::pack_shared(pb, num_threads);
+    packed_here = ws.packed_shared.view();
+    packed = &packed_here;
   }
+  const ActivationParams act{pb.activation, pb.swiglu_alpha, pb.swiglu_limit};
+  run_shared_experts(pb, *packed, kernels, block_m, ws, act, num_threads);
+  clock.lap(&StageTimes::shared_us);
+  return ws.shared_out.data();
+}
 
-  moe_sum(cache3, shared, M, pb.top_k, H, pb.out, pb.hidden_dtype, num_threads);
+void fused_experts(const ExpertsProblem& pb, const PackedExpertsView* packed,
+                   const ExpertKernels& kernels, int64_t block_m, ExpertsWorkspace& ws,
+                   int num_threads, StageTimes* times) {
+  num_threads = resolve_num_threads(num_threads);
+  const float* cache3 = routed_pair_outputs(pb, packed, kernels, block_m, ws, num_threads, times);
+  const float* shared = shared_expert_outputs(pb, packed, kernels, block_m, ws, num_threads, times);
+  StageClock clock(times);
+  moe_sum(cache3, nullptr, shared, pb.num_tokens, pb.top_k, pb.hidden_size, pb.out, pb.hidden_dtype,
+          num_threads);
   clock.lap(&StageTimes::sum_us);
 }
 

@@ -48,8 +48,23 @@ struct ExpertsWorkspace {
 // Runs the whole experts half of the layer for a validated problem with block_m in
 // [1, kMaxBlockM]. `packed` holds the problem's weights prepacked, or is null: then the call packs
 // the experts this batch touches into the workspace first (the vLLM-shaped call on plain weights).
+// The same as routed_pair_outputs, then shared_expert_outputs, then moe_sum.
 void fused_experts(const ExpertsProblem& problem, const PackedExpertsView* packed,
                    const ExpertKernels& kernels, int64_t block_m, ExpertsWorkspace& workspace,
                    int num_threads, StageTimes* times);
+
+// Align, gemm1, act and gemm2 of every pair: returns cache3 [M*k, H] f32 in pair order (the router
+// weight applied as the problem says), held by the workspace until its next use. Expert
+// parallelism runs this on the pairs a rank received and sends the rows back.
+const float* routed_pair_outputs(const ExpertsProblem& problem, const PackedExpertsView* packed,
+                                 const ExpertKernels& kernels, int64_t block_m,
+                                 ExpertsWorkspace& workspace, int num_threads, StageTimes* times);
+
+// The shared MLP over all M tokens: returns [M, H] f32 held by the workspace, or null when the
+// problem has no shared experts or no tokens. Does not touch the buffers routed_pair_outputs
+// returns.
+const float* shared_expert_outputs(const ExpertsProblem& problem, const PackedExpertsView* packed,
+                                   const ExpertKernels& kernels, int64_t block_m,
+                                   ExpertsWorkspace& workspace, int num_threads, StageTimes* times);
 
 }  // namespace moe::cpu

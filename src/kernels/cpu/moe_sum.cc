@@ -11,8 +11,9 @@ constexpr int64_t kColumnsPerChunk = 512;
 
 }  // namespace
 
-void moe_sum(const float* pair_rows, const float* shared, int64_t num_tokens, int64_t top_k,
-             int64_t width, void* out, DType out_dtype, int num_threads) {
+void moe_sum(const float* pair_rows, const float* const* pair_row_ptrs, const float* shared,
+             int64_t num_tokens, int64_t top_k, int64_t width, void* out, DType out_dtype,
+             int num_threads) {
   const int64_t out_bytes = static_cast<int64_t>(dtype_size(out_dtype));
 #pragma omp parallel for num_threads(num_threads) schedule(static)
   for (int64_t t = 0; t < num_tokens; ++t) {
@@ -21,7 +22,8 @@ void moe_sum(const float* pair_rows, const float* shared, int64_t num_tokens, in
       const int64_t columns = std::min(kColumnsPerChunk, width - h0);
       std::fill(sum, sum + columns, 0.0f);
       for (int64_t j = 0; j < top_k; ++j) {
-        const float* row = pair_rows + (t * top_k + j) * width + h0;
+        const int64_t p = t * top_k + j;
+        const float* row = (pair_row_ptrs ? pair_row_ptrs[p] : pair_rows + p * width) + h0;
         for (int64_t h = 0; h < columns; ++h) sum[h] += row[h];
       }
       if (shared) {

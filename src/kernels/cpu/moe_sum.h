@@ -1,6 +1,9 @@
-// The sum stage on the CPU: out[t] = sum_j pair_rows[t * k + j] (j ascending) + shared[t],
-// accumulated in f32 and rounded once to the output dtype. The fixed order makes the result
-// deterministic. Tested by tests/experts against the reference backend.
+// The sum stage on the CPU: out[t] = sum_j row(t * k + j) (j ascending) + shared[t], accumulated
+// in f32 and rounded once to the output dtype, where row(p) is row p of pair_rows, or the row at
+// pair_row_ptrs[p] when the rows lie elsewhere (expert parallelism's combine: results back from
+// other ranks, and this rank's own). The fixed order makes the result deterministic and the same
+// wherever the rows are. Tested by tests/experts against the reference backend and by
+// tests/parallel.
 #pragma once
 
 #include <cstdint>
@@ -9,9 +12,10 @@
 
 namespace moe::cpu {
 
-// pair_rows [num_tokens * top_k, width] f32; shared [num_tokens, width] f32 or null;
-// out [num_tokens, width] of out_dtype.
-void moe_sum(const float* pair_rows, const float* shared, int64_t num_tokens, int64_t top_k,
-             int64_t width, void* out, DType out_dtype, int num_threads);
+// pair_rows [num_tokens * top_k, width] f32, or pair_row_ptrs [num_tokens * top_k] (one of the
+// two non-null); shared [num_tokens, width] f32 or null; out [num_tokens, width] of out_dtype.
+void moe_sum(const float* pair_rows, const float* const* pair_row_ptrs, const float* shared,
+             int64_t num_tokens, int64_t top_k, int64_t width, void* out, DType out_dtype,
+             int num_threads);
 
 }  // namespace moe::cpu

@@ -63,6 +63,7 @@ int64_t k_block(const PackedLayout& layout) {
 }
 
 const char* input_row(const PackedGemmArgs& args, int32_t id) {
+  if (args.a_row_ptrs) return static_cast<const char*>(args.a_row_ptrs[id]);
   const int64_t row = id / args.a_row_divisor;
   return static_cast<const char*>(args.a) +
          row * args.layout.k * static_cast<int64_t>(dtype_size(args.a_dtype));

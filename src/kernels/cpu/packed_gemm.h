@@ -3,11 +3,13 @@
 //
 // For every group of rows (one expert's pair or token ids) and every panel pair of that expert's
 // packed matrix (packed_weights.h):
-//   acc[r, :] = A[ids[r] / a_row_divisor, :] * a_scale[ids[r]] · pair^T        (tile_kernel.h)
+//   acc[r, :] = row(ids[r]) * a_scale[ids[r]] · pair^T                          (tile_kernel.h)
 //   gated:  out[ids[r], 16j + c] = act(acc[r, c] + bias_gate, acc[r, 16 + c] + bias_up)
 //   plain:  out[ids[r], 32j + c] = (acc[r, c] + bias) * out_scale[ids[r]]
-// The input rows are gathered and converted (f32, or bf16 for the bf16 kernels) into a per-thread
-// buffer once per chunk of rows, straight from where they live (hidden[p / k], cache2[p]). Each
+// where row(i) is row i / a_row_divisor of A, or the row at a_row_ptrs[i] when the rows lie
+// elsewhere (expert parallelism: rows received from other ranks, and the rank's own). The input
+// rows are gathered and converted (f32, or bf16 for the bf16 kernels) into a per-thread buffer
+// once per chunk of rows, straight from where they live (hidden[p / k], cache2[p]). Each
 // work item (work_split.h) streams its weight pairs from memory once for all rows of its chunk:
 // each 16 KiB k block of a pair stays in L1 while the kernel walks the chunk's row blocks, and the
 // next block is prefetched meanwhile. Each output element is computed in a fixed order, so results
@@ -28,8 +30,9 @@ namespace moe::cpu {
 struct PackedGemmArgs {
   const void* a = nullptr;  // [*, layout.k] of a_dtype
   DType a_dtype = DType::kF32;
-  int64_t a_row_divisor = 1;       // row id i reads row i / a_row_divisor
-  const float* a_scale = nullptr;  // [ids] or null
+  int64_t a_row_divisor = 1;                // row id i reads row i / a_row_divisor ...
+  const void* const* a_row_ptrs = nullptr;  // ... or the row at a_row_ptrs[i]: [ids]
+  const float* a_scale = nullptr;           // [ids] or null
   PackedLayout layout;
   const uint8_t* const* experts = nullptr;  // [num experts]: each expert's packed matrix
   const float* bias = nullptr;              // [num experts, layout.n] or null

@@ -85,7 +85,9 @@ void fused_experts(const ExpertsProblem& pb) {
     for (int64_t p = 0; p < M * k; ++p) {
       if (pb.topk_ids[p] != e) continue;
       const double weight = pb.topk_weights[p];
-      std::vector<double> x = load_row(pb.hidden, pb.hidden_dtype, p / k, H);
+      std::vector<double> x = pb.hidden_row_ptrs
+                                  ? load_row(pb.hidden_row_ptrs[p], pb.hidden_dtype, 0, H)
+                                  : load_row(pb.hidden, pb.hidden_dtype, p / k, H);
       if (pb.weight_on_input) {
         for (double& v : x) v *= weight;
       }

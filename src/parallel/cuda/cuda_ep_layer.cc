@@ -64,7 +64,7 @@ void check_config(const MoeConfig& config, const ExpertMap& map, const Communica
   if (host.device() != Device::kCpu) {
     fail("CudaEpLayer: `host` must be a host-memory communicator (MPI); got '{}'", host.name());
   }
-  if (options.path == CudaEpPath::kLowLatency) {
+  if (options.dispatcher == DispatcherKind::kLowLatency) {
     if (host.size() > cuda::ep::kMaxRanks) {
       fail("CudaEpLayer: the low-latency path connects up to {} GPUs of one host; got {} ranks",
            cuda::ep::kMaxRanks, host.size());
@@ -118,17 +118,6 @@ class StepEvents {
 };
 
 }  // namespace
-
-const char* cuda_ep_path_name(CudaEpPath path) {
-  return path == CudaEpPath::kLowLatency ? "ll" : "ht";
-}
-
-CudaEpPath parse_cuda_ep_path(const std::string& name) {
-  if (name == "ll") return CudaEpPath::kLowLatency;
-  if (name == "ht") return CudaEpPath::kHighThroughput;
-  fail("expert-parallel GPU path: expected 'll' (low-latency) or 'ht' (high-throughput); got '{}'",
-       name);
-}
 
 struct CudaEpLayer::State {
   ExpertMap map;
@@ -249,7 +238,7 @@ void CudaEpLayer::State::connect(const MoeConfig& config, const CudaEpOptions& o
   shape.top_k = config.routing.top_k;
   shape.num_experts = E;
   shape.rank_of_expert = static_cast<const int32_t*>(s.rank_of_expert.data());
-  if (options.path == CudaEpPath::kLowLatency) {
+  if (options.dispatcher == DispatcherKind::kLowLatency) {
     const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(options.timeout);
     s.path = cuda::ep::make_low_latency_path(s.host, shape, options.low_latency_capacity,
                                              static_cast<uint64_t>(ns.count()));

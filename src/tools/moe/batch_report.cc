@@ -10,9 +10,12 @@
 
 namespace moe::cli {
 
-namespace {
+double run_error_bound(DType dtype, CpuIsa isa) {
+  const bool bf16_inputs =
+      dtype == DType::kBF16 && (isa == CpuIsa::kAmx || isa == CpuIsa::kAvx512Bf16);
+  return (dtype == DType::kF32 ? 1e-5 : 1e-2) + (bf16_inputs ? 1e-2 : 0.0);
+}
 
-// Hidden states like a post-norm residual stream: unit variance, deterministic in the seed.
 Tensor synthetic_hidden(int64_t tokens, int64_t hidden_size, DType dtype, uint64_t seed) {
   std::vector<float> values(static_cast<size_t>(tokens * hidden_size));
   uint64_t state = seed * 0x9e3779b97f4a7c15ull + 0x632be59bd9b4e019ull;
@@ -29,6 +32,8 @@ Tensor synthetic_hidden(int64_t tokens, int64_t hidden_size, DType dtype, uint64
   convert_from_f32(values.data(), dtype, hidden.data<void>(), values.size());
   return hidden;
 }
+
+namespace {
 
 void count_work(const MoeLayer& layer, BatchReport& report) {
   const MoeConfig& c = layer.config();

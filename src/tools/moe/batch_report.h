@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "moe/cpu_isa.h"
 #include "moe/experts.h"
 #include "moe/layer.h"
 
@@ -33,6 +34,16 @@ struct BatchSettings {
   int repeats = 5;
   int64_t check_tokens = 8;  // 0 = no reference check
 };
+
+// The largest normwise relative error a correct layer's output may show against the float64
+// reference. bf16 output carries 8 significant bits: a rounding error of at most 2^-9 of each
+// element, so the error stays well under 1e-2; f32 output is held to 1e-5. The amx and
+// avx512bf16 paths also round the GEMM inputs of bf16 weights to bf16, which adds up to 1e-2 more
+// (tests/experts/fused_experts_test.cc derives it).
+double run_error_bound(DType dtype, CpuIsa isa);
+
+// Hidden states like a post-norm residual stream: unit variance, deterministic in the seed.
+Tensor synthetic_hidden(int64_t tokens, int64_t hidden_size, DType dtype, uint64_t seed);
 
 // `reference` must hold the same config and weights as `layer`, on the reference backend.
 BatchReport measure_batch(MoeLayer& layer, MoeLayer& reference, const BatchSettings& settings);

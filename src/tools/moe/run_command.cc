@@ -21,6 +21,8 @@
 #include "moe/trace.h"
 #include "tools/moe/batch_report.h"
 #include "tools/moe/commands.h"
+#include "tools/moe/ep_options.h"
+#include "tools/moe/ep_run.h"
 
 namespace moe::cli {
 
@@ -43,17 +45,8 @@ struct RunOptions {
   int64_t block_m = 0;
   std::string trace_path;
   bool json = false;
+  EpSettings ep;
 };
-
-// bf16 output carries 8 significant bits: a rounding error of at most 2^-9 of each element, so
-// the normwise error of a correct layer stays well under 1e-2; f32 output is held to 1e-5. The
-// amx and avx512bf16 paths also round the GEMM inputs of bf16 weights to bf16, which adds up to
-// 1e-2 more (tests/experts/fused_experts_test.cc derives it).
-double error_bound(DType dtype, CpuIsa isa) {
-  const bool bf16_inputs =
-      dtype == DType::kBF16 && (isa == CpuIsa::kAmx || isa == CpuIsa::kAvx512Bf16);
-  return (dtype == DType::kF32 ? 1e-5 : 1e-2) + (bf16_inputs ? 1e-2 : 0.0);
-}
 
 std::string routing_summary(const RoutingConfig& r) {
   std::string text = fmt::format("{} top-{}", scoring_name(r.scoring), r.top_k);
@@ -161,7 +154,7 @@ void run(const RunOptions& o) {
   options.block_m = o.block_m;
   options.cpu_isa = isa;
   MoeLayer layer(config, weights, options);
-  const double bound = error_bound(dtype, layer.cpu_isa());
+  const double bound = run_error_bound(dtype, layer.cpu_isa());
   MoeLayer reference(config, weights, LayerOptions{Backend::kReference, threads, 0});
   const double setup_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - setup_start).count();
@@ -221,6 +214,28 @@ void run(const RunOptions& o) {
   if (!all_within) fail("moe run: the error against the reference exceeds the {} bound", o.dtype);
 }
 
+// The --ep mode: the same options, run as one rank of an MPI job.
+void run_expert_parallel(const RunOptions& o, bool layer_given) {
+  if (o.backend != "cpu") fail("--ep: expected the cpu backend; got --backend {}", o.backend);
+  if (!o.trace_path.empty()) fail("--ep: --trace is not supported with --ep");
+  EpRunOptions ep;
+  ep.preset = o.preset;
+  ep.config_path = o.config_path;
+  ep.checkpoint = o.checkpoint;
+  ep.layer = layer_given ? o.layer : -1;
+  ep.dtype = o.dtype;
+  ep.tokens = o.tokens;
+  ep.threads = o.threads;
+  ep.seed = o.seed;
+  ep.repeats = o.repeats;
+  ep.check_tokens = o.check_tokens;
+  ep.block_m = o.block_m;
+  ep.cpu_isa = parse_cpu_isa(o.cpu_isa);
+  ep.json = o.json;
+  ep.ep = o.ep;
+  run_ep(ep);
+}
+
 }  // namespace
 
 void add_run_command(CLI::App& app) {
@@ -246,7 +261,8 @@ void add_run_command(CLI::App& app) {
                            ->needs(checkpoint);
   cmd->add_option("--dtype", options->dtype, "Weights and hidden states: f32, bf16 or f16")
       ->capture_default_str();
-  cmd->add_option("--tokens", options->tokens, "Batch sizes to run, comma separated")
+  cmd->add_option("--tokens", options->tokens,
+                  "Batch sizes to run, comma separated (per rank with --ep)")
       ->delimiter(',')
       ->capture_default_str();
   cmd->add_option("--threads", options->threads, "Worker threads (0 = all cores)")
@@ -270,9 +286,14 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("--trace", options->trace_path,
                   "Write the routing of every batch to this trace file (one step per batch)");
   cmd->add_flag("--json", options->json, "Print one JSON object instead of the table");
+  add_ep_options(cmd, options->ep);
   cmd->callback([options, layer] {
     options->layer_given = layer->count() > 0;
-    run(*options);
+    if (options->ep.enabled) {
+      run_expert_parallel(*options, options->layer_given);
+    } else {
+      run(*options);
+    }
   });
 }
 

@@ -14,12 +14,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstring>
 #include <set>
 
 #include "common/random_tensors.h"
 #include "cuda/device_tensor.h"
 #include "moe/cuda_ep_layer.h"
+#include "moe/ep_layer.h"
 #include "moe/error.h"
 #include "moe/expert_map.h"
 #include "moe/experts.h"
@@ -38,28 +38,6 @@ MoeConfig small_config() {
   config.routing.num_experts = 16;
   config.routing.top_k = 4;
   return config;
-}
-
-// `full`'s router with w13 / w2 cut to the slots `rank` holds (in local slot order).
-LayerWeights weights_of_rank(const LayerWeights& full, const ExpertMap& map, int rank) {
-  LayerWeights w;
-  w.router = Tensor::copy_of(full.router, full.router.dtype());
-  const std::span<const int32_t> slots = map.local_slots(rank);
-  const int64_t L = static_cast<int64_t>(slots.size());
-  Shape w13_shape = full.w13.shape(), w2_shape = full.w2.shape();
-  w13_shape[0] = L;
-  w2_shape[0] = L;
-  w.w13 = Tensor(full.w13.dtype(), w13_shape);
-  w.w2 = Tensor(full.w2.dtype(), w2_shape);
-  const size_t w13_bytes = full.w13.nbytes() / static_cast<size_t>(full.w13.size(0));
-  const size_t w2_bytes = full.w2.nbytes() / static_cast<size_t>(full.w2.size(0));
-  for (int64_t l = 0; l < L; ++l) {
-    const int64_t e = map.expert_of_slot(slots[static_cast<size_t>(l)]);
-    std::memcpy(w.w13.data<char>() + l * w13_bytes, full.w13.data<char>() + e * w13_bytes,
-                w13_bytes);
-    std::memcpy(w.w2.data<char>() + l * w2_bytes, full.w2.data<char>() + e * w2_bytes, w2_bytes);
-  }
-  return w;
 }
 
 // Every token row within (k + N + 1) bf16 roundings of its largest output.
@@ -97,7 +75,7 @@ std::vector<int64_t> expected_rows(const Tensor& ids, const ExpertMap& map) {
   return rows;
 }
 
-class CudaEp : public ::testing::TestWithParam<CudaEpPath> {
+class CudaEp : public ::testing::TestWithParam<DispatcherKind> {
  protected:
   Communicator& host = testing::host_world();
   int me = host.rank(), N = host.size();
@@ -107,11 +85,11 @@ class CudaEp : public ::testing::TestWithParam<CudaEpPath> {
 
   CudaEpLayer make_layer(int64_t capacity = 64) {
     CudaEpOptions options;
-    options.path = GetParam();
+    options.dispatcher = GetParam();
     options.low_latency_capacity = capacity;
     options.timeout = std::chrono::seconds(10);
-    return CudaEpLayer(config, weights_of_rank(full, map, me), map, host, &testing::nccl_world(),
-                       options);
+    return CudaEpLayer(config, local_layer_weights(full, map, me), map, host,
+                       &testing::nccl_world(), options);
   }
 
   // One routed step on every rank against fused_experts on this GPU with all the weights.
@@ -191,7 +169,7 @@ TEST(CudaEpLowLatency, OverflowFailsEveryRankWithTheCountsThenTheNextStepRuns) {
   const ExpertMap map = ExpertMap::contiguous(config.routing.num_experts, N);
   CudaEpOptions options;
   options.low_latency_capacity = 8;
-  CudaEpLayer layer(config, weights_of_rank(full, map, me), map, host, nullptr, options);
+  CudaEpLayer layer(config, local_layer_weights(full, map, me), map, host, nullptr, options);
   const int64_t k = config.routing.top_k, H = config.experts.hidden_size;
   const auto step = [&](int64_t M) {
     const Tensor hidden = testing::random_normal(DType::kBF16, {M, H}, me);
@@ -225,7 +203,7 @@ TEST(CudaEpLowLatency, CapturedStepReplaysInACudaGraph) {
   MoeConfig config = small_config();
   const LayerWeights full = synthetic_layer_weights(config, DType::kBF16, 7);
   const ExpertMap map = ExpertMap::contiguous(config.routing.num_experts, N);
-  CudaEpLayer layer(config, weights_of_rank(full, map, me), map, host, nullptr, {});
+  CudaEpLayer layer(config, local_layer_weights(full, map, me), map, host, nullptr, {});
   const int64_t M = 32, k = config.routing.top_k, H = config.experts.hidden_size;
   Tensor ids(DType::kI32, {M, k});
   testing::fill_uniform_int(ids, 5 + me, 0, static_cast<int32_t>(config.routing.num_experts - 1));
@@ -268,7 +246,7 @@ TEST(CudaEpLowLatency, PeerThatSkipsAStepFailsTheOthersWithinTheTimeout) {
   const ExpertMap map = ExpertMap::contiguous(config.routing.num_experts, N);
   CudaEpOptions options;
   options.timeout = std::chrono::milliseconds(500);
-  CudaEpLayer layer(config, weights_of_rank(full, map, me), map, host, nullptr, options);
+  CudaEpLayer layer(config, local_layer_weights(full, map, me), map, host, nullptr, options);
   if (me == N - 1) return;  // stalls: never enters the step (its layer still leaves collectively)
   const int64_t M = 4, k = config.routing.top_k, H = config.experts.hidden_size;
   Tensor ids(DType::kI32, {M, k});
@@ -293,10 +271,9 @@ TEST(CudaEpLowLatency, PeerThatSkipsAStepFailsTheOthersWithinTheTimeout) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Paths, CudaEp,
-                         ::testing::Values(CudaEpPath::kLowLatency, CudaEpPath::kHighThroughput),
-                         [](const auto& info) {
-                           return std::string(cuda_ep_path_name(info.param));
-                         });
+                         ::testing::Values(DispatcherKind::kLowLatency,
+                                           DispatcherKind::kHighThroughput),
+                         [](const auto& info) { return std::string(dispatcher_name(info.param)); });
 
 }  // namespace
 }  // namespace moe

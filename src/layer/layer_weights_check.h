@@ -1,0 +1,25 @@
+// The checks MoeLayer runs once on its weights, shared with the expert-parallel layer
+// (src/parallel), whose w13 and w2 hold only the rank's own expert slots.
+#pragma once
+
+#include <cstdint>
+
+#include "moe/config.h"
+#include "moe/experts.h"
+#include "moe/layer.h"
+#include "ops/experts_validation.h"
+
+namespace moe {
+
+// The fused_experts options a layer's config and weights imply.
+ExpertsOptions layer_experts_options(const MoeConfig& config, const LayerWeights& weights,
+                                     const LayerOptions& options);
+
+// Checks every weight against the config through the same checks as fused_experts, on an empty
+// batch, and returns the problem to fill per call. w13 and w2 hold num_local_experts experts;
+// expert_map (as ExpertsOptions::expert_map, empty = all local) maps the ids the kernels see.
+ValidatedExperts validate_layer_weights(const MoeConfig& config, const LayerWeights& weights,
+                                        const LayerOptions& options, int64_t num_local_experts,
+                                        const TensorView& expert_map = {});
+
+}  // namespace moe

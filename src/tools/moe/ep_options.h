@@ -1,0 +1,47 @@
+// The --ep mode shared by `moe run` and `moe forward`: its options, the expert map they name, and
+// running the command as one rank of an MPI job.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "moe/communicator.h"
+#include "moe/ep_layer.h"
+#include "moe/expert_map.h"
+
+namespace moe::cli {
+
+struct EpSettings {
+  bool enabled = false;
+  std::string dispatcher = "ht";
+  std::string placement;  // JSON of `moe eplb --out`; empty = contiguous
+  int64_t placement_layer = 0;
+  int64_t low_latency_capacity = 0;  // 0 = the batch's tokens per rank (never overflows)
+  bool overlap = false;
+  int64_t timeout_ms = 30000;
+  int ranks_per_host = 0;
+};
+
+// Registers --ep and the options that go with it on `cmd`.
+void add_ep_options(CLI::App* cmd, EpSettings& settings);
+
+// The expert map of the settings for a layer of num_experts experts over num_ranks ranks:
+// contiguous, or slot by slot from the placement file (its num_gpus must equal num_ranks and its
+// num_logical_experts num_experts). Throws moe::Error naming the file and the field.
+ExpertMap ep_expert_map(const EpSettings& settings, int64_t num_experts, int num_ranks);
+
+// EpOptions from the settings; tokens_per_rank sizes the low-latency buffers when the settings
+// leave the capacity to the batch.
+EpOptions ep_options(const EpSettings& settings, int64_t tokens_per_rank, int num_threads,
+                     int64_t block_m);
+
+// Runs body(comm) as this process's rank of an MPI job (under mpirun), then finalizes. A
+// moe::Error on a rank is printed as "moe: error: rank R: ..." and ends the whole job with status
+// 1 (MPI_Abort): its peers may be stuck in a collective and could never finalize. Throws
+// moe::Error when this moe was built without MPI.
+void run_as_mpi_rank(const EpSettings& settings, const std::function<void(Communicator&)>& body);
+
+}  // namespace moe::cli

@@ -1,0 +1,50 @@
+// What `moe run --ep` reports: each rank's step counters, gathered on rank 0, printed as a table
+// (or JSON) next to the seeds' upper bound T*k*H*b on the dispatched payload.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "moe/communicator.h"
+#include "moe/ep_layer.h"
+
+namespace moe::cli {
+
+// One rank's counters of one step, in a form that travels as doubles.
+struct EpRankSummary {
+  double tokens = 0, pairs = 0, local_pairs = 0, rows_sent = 0, pairs_received = 0;
+  double upper_bound_bytes = 0;
+  double dispatch_same_host = 0, dispatch_cross_host = 0;
+  double combine_same_host = 0, combine_cross_host = 0;
+  double rows_self = 0, rows_same_host = 0, rows_cross_host = 0;  // token-row payload
+  double min_slot_pairs = 0, max_slot_pairs = 0, num_slots = 0;
+  double route_us = 0, dispatch_us = 0, experts_us = 0, shared_us = 0, combine_us = 0, sum_us = 0,
+         total_us = 0;
+  std::vector<double> dispatch_sent, combine_sent;  // [N] bytes per peer
+
+  // Bytes this rank sent to other ranks in dispatch and combine, over the time of those stages.
+  double link_gb_per_s() const;
+};
+
+EpRankSummary summarize(const EpStepStats& stats);
+
+// Every rank's summary, on every rank (a collective).
+std::vector<EpRankSummary> gather_summaries(Communicator& comm, const EpRankSummary& mine);
+
+// The sampled tokens' agreement with the single-process layer and the float64 reference.
+struct EpCheck {
+  int64_t checked_tokens = 0;
+  int64_t differing_elements = 0;  // vs the single-process cpu layer: 0 = bitwise equal
+  int64_t routing_mismatches = 0;  // tokens whose experts differ from the reference's
+  double max_rel_error = 0;        // vs the float64 reference
+  double error_bound = 0;
+};
+
+void print_ep_batch(int64_t tokens_per_rank, const std::vector<EpRankSummary>& ranks,
+                    const EpCheck& check);
+nlohmann::json ep_batch_json(int64_t tokens_per_rank, const std::vector<EpRankSummary>& ranks,
+                             const EpCheck& check);
+
+}  // namespace moe::cli
