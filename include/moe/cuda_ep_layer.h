@@ -1,0 +1,118 @@
+// CudaEpLayer: one MoE layer with expert parallelism across the GPUs of one host, one process per
+// GPU (launched by mpirun), every tensor on the device. In the library target moe::cuda_ep
+// (CMake option MOE_WITH_CUDA_EP: CUDA, MPI and NCCL found).
+//
+//   route     cuBLAS router GEMM + fused top-k on this rank's tokens (as the CUDA MoeLayer)
+//   dispatch  each token row once per rank that serves one of its experts, with its k ids (other
+//             ranks' experts as -1) and router weights
+//   experts   the CUDA experts (align, gemm1, gemm2, sum) on the received rows in place, with
+//             this rank's expert map: the result is one partial row per (token, serving rank),
+//             the sum of that token's pairs served here in ascending j
+//   combine   each partial row back to its source, which adds them in ascending rank order
+//
+// Two data paths, after DeepEP's two modes:
+//   low-latency      (decode) peer-to-peer writes over NVLink into buffers allocated once per rank
+//                    for `low_latency_capacity` rows per (source, destination) and mapped by every
+//                    peer through CUDA IPC; counts published with flags that carry a step number,
+//                    waited for on the GPU. No host synchronization: the step can be captured in a
+//                    CUDA graph. Overflow of the capacity and peers that stop answering are
+//                    reported after the step with counts, never dropped or hung on.
+//   high-throughput  (prefill) counts through the host communicator, then exact all-to-alls of
+//                    rows, ids and weights through the device communicator (NCCL); synchronizes
+//                    the host once per step for the counts.
+//
+// The output equals the single-GPU CUDA layer's within bf16 rounding, not bitwise: each partial
+// row is rounded to bf16 before the source adds it, and the experts may choose another kernel
+// plan for the rows they see (docs/parallel-cuda.md).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "moe/communicator.h"
+#include "moe/config.h"
+#include "moe/ep_layer.h"
+#include "moe/expert_map.h"
+#include "moe/layer.h"
+#include "moe/tensor.h"
+
+namespace moe {
+
+struct CudaEpOptions {
+  DispatcherKind dispatcher = DispatcherKind::kLowLatency;  // moe/ep_layer.h
+  // Low-latency: the most token rows one rank sends another per step. A rank never sends one
+  // peer more rows than it has tokens, so the most tokens per rank never overflows.
+  int64_t low_latency_capacity = 128;
+  // Bound of every wait on a peer on the device (low-latency); past it the step fails.
+  std::chrono::milliseconds timeout{10000};
+  int64_t block_m = 0;  // experts' rows per block; 0 = the CUDA backend's choice
+};
+
+// What the last step did on this rank. Per-peer arrays are [num_ranks]; this rank's own rows go
+// through the same path (a copy within its GPU) and are counted under its own index.
+struct CudaEpStats {
+  int64_t num_tokens = 0;
+  std::vector<int64_t> rows_sent;      // token rows to each rank (one per token and rank)
+  std::vector<int64_t> rows_received;  // token rows from each rank
+  int64_t bytes_to_peers = 0;          // dispatch + combine bytes this rank wrote to other ranks
+  // GPU times of the stages in microseconds (forward / forward_routed only).
+  double route_us = 0, dispatch_us = 0, experts_us = 0, combine_us = 0, total_us = 0;
+};
+
+class CudaEpLayer {
+ public:
+  // The layer of rank host.rank() on the current CUDA device. local_weights: router [E, H] bf16
+  // (and its biases); w13 [L, 2I, H] and w2 [L, H, I] bf16 for this rank's L slots
+  // (local_layer_weights in moe/ep_layer.h). `host` is a host-memory communicator (MPI) of the
+  // ranks: it bootstraps the IPC buffers and carries the high-throughput counts; `device` (NCCL, on
+  // this device) moves the high-throughput rows and may be null for the low-latency path. Both must
+  // outlive the layer, and every rank constructs it (a collective). Throws moe::Error on what the
+  // GPU path does not run: replicas in the map, more than 8 ranks (low-latency), ranks on several
+  // hosts (low-latency), H not a multiple of 8, or what the CUDA MoeLayer refuses.
+  CudaEpLayer(MoeConfig config, const LayerWeights& local_weights, ExpertMap map,
+              Communicator& host, Communicator* device, CudaEpOptions options = {});
+  // The same with this rank's expert weights drawn on the GPU (benchmarks of large shapes), the
+  // router too: N(0, 1/H) router and w13, N(0, 1/I) w2, from `seed`.
+  static CudaEpLayer synthetic(MoeConfig config, ExpertMap map, Communicator& host,
+                               Communicator* device, CudaEpOptions options, uint64_t seed);
+  ~CudaEpLayer();
+  CudaEpLayer(CudaEpLayer&&) noexcept;
+  CudaEpLayer& operator=(CudaEpLayer&&) noexcept;
+
+  // hidden [M, H] bf16 on this rank's GPU (M may be 0) -> out [M, H] bf16 on the GPU. A
+  // collective: every rank calls it once per step. Synchronizes and throws moe::Error when a
+  // rank overflowed the low-latency capacity (on every rank, with the counts) or a peer did not
+  // answer within the timeout.
+  void forward(const TensorView& hidden, const TensorView& out);
+  // The same on a routing the caller chose: topk_ids [M, k] int32 in [0, E) (or -1: no expert)
+  // and topk_weights [M, k] f32, both on the GPU.
+  void forward_routed(const TensorView& hidden, const TensorView& topk_ids,
+                      const TensorView& topk_weights, const TensorView& out);
+
+  // The stages of forward_routed one by one, queued on stream() (benchmarks, CUDA graphs). With
+  // the low-latency path none synchronizes the host, so the three can be captured in a graph
+  // once a step of the same M ran outside it; finish_step() then synchronizes and reports.
+  // The high-throughput dispatch synchronizes for the counts.
+  void dispatch(const TensorView& hidden, const TensorView& topk_ids,
+                const TensorView& topk_weights);
+  void experts();
+  void combine(const TensorView& out);
+  void finish_step();  // waits for the stream; throws as forward does; fills last_stats()
+
+  void* stream() const;  // the cudaStream_t every stage runs on
+  const MoeConfig& config() const { return config_; }
+  const ExpertMap& expert_map() const;
+  const CudaEpOptions& options() const { return options_; }
+  const CudaEpStats& last_stats() const;
+
+ private:
+  struct State;
+  CudaEpLayer(MoeConfig config, CudaEpOptions options, std::unique_ptr<State> state);
+  MoeConfig config_;
+  CudaEpOptions options_;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace moe

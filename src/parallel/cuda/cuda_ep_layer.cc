@@ -1,0 +1,386 @@
+// CudaEpLayer (moe/cuda_ep_layer.h): the layer's device weights and routing, the experts on the
+// received rows, and one of the two data paths (data_path.h) around them, on one stream.
+#include "moe/cuda_ep_layer.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <array>
+#include <cmath>
+#include <string>
+
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/device_buffer.h"
+#include "kernels/cuda/fill_random.h"
+#include "kernels/cuda/fused_experts.h"
+#include "kernels/cuda/routing.h"
+#include "moe/error.h"
+#include "ops/cuda_plan_choice.h"
+#include "parallel/cuda/data_path.h"
+
+namespace moe {
+
+using cuda::check;
+
+namespace {
+
+void upload(cuda::DeviceBuffer& buffer, const Tensor& host) {
+  buffer.reserve(std::max<size_t>(host.nbytes(), 1));
+  check(cudaMemcpy(buffer.data(), host.data<void>(), host.nbytes(), cudaMemcpyHostToDevice),
+        "cudaMemcpy (layer weights)");
+}
+
+void check_config(const MoeConfig& config, const ExpertMap& map, const Communicator& host,
+                  const CudaEpOptions& options) {
+  const RoutingConfig& r = config.routing;
+  const ExpertsConfig& x = config.experts;
+  if (r.num_experts > cuda::kMaxRoutedExperts || r.top_k > cuda::kMaxTopK ||
+      r.num_groups > cuda::kMaxGroups) {
+    fail("CudaEpLayer: routing supports up to {} experts, top-{} and {} groups; got {}, top-{}, {}",
+         cuda::kMaxRoutedExperts, cuda::kMaxTopK, cuda::kMaxGroups, r.num_experts, r.top_k,
+         r.num_groups);
+  }
+  if (x.activation != Activation::kSilu || x.has_bias || r.apply_weight_on_input ||
+      x.shared_intermediate_size > 0) {
+    fail(
+        "CudaEpLayer: runs SiLU-gated experts without biases, shared experts or the weight on "
+        "the input so far; this config ({}) needs one of them",
+        config.model_type);
+  }
+  if (x.hidden_size % 8 != 0) {
+    fail("CudaEpLayer: H must be a multiple of 8 (rows move as 16-byte vectors); got {}",
+         x.hidden_size);
+  }
+  if (map.num_experts() != r.num_experts || map.has_replicas()) {
+    fail(
+        "CudaEpLayer: the expert map must hold the config's {} experts once each (replicas are "
+        "not supported on the GPU path yet); got {} slots for {} experts",
+        r.num_experts, map.num_slots(), map.num_experts());
+  }
+  if (map.num_ranks() != host.size()) {
+    fail("CudaEpLayer: the expert map is for {} ranks, the communicator has {}", map.num_ranks(),
+         host.size());
+  }
+  if (host.device() != Device::kCpu) {
+    fail("CudaEpLayer: `host` must be a host-memory communicator (MPI); got '{}'", host.name());
+  }
+  if (options.dispatcher == DispatcherKind::kLowLatency) {
+    if (host.size() > cuda::ep::kMaxRanks) {
+      fail("CudaEpLayer: the low-latency path connects up to {} GPUs of one host; got {} ranks",
+           cuda::ep::kMaxRanks, host.size());
+    }
+    if (options.low_latency_capacity < 1) {
+      fail("CudaEpLayer: low_latency_capacity must be >= 1; got {}", options.low_latency_capacity);
+    }
+  }
+  if (options.timeout.count() <= 0) {
+    fail("CudaEpLayer: timeout must be > 0 ms; got {}", options.timeout.count());
+  }
+}
+
+void check_tokens(const TensorView& t, const char* name, DType dtype, int64_t rows, int64_t cols) {
+  check_device(t, name, Device::kCuda);
+  check_dtype(t, name, {dtype});
+  if (t.dim() != 2 || t.size(0) != rows || t.size(1) != cols || !t.is_contiguous()) {
+    fail("CudaEpLayer: {} must be a contiguous [{}, {}] tensor; got {}", name, rows, cols,
+         shape_string(t.shape));
+  }
+}
+
+// Makes `device` current without a call when it already is (cheap, and nothing but queries while
+// a stream is being captured).
+void use_device(int device) {
+  int current = -1;
+  check(cudaGetDevice(&current), "cudaGetDevice");
+  if (current != device) check(cudaSetDevice(device), "cudaSetDevice");
+}
+
+// Elapsed microseconds between consecutive events of one step.
+class StepEvents {
+ public:
+  StepEvents() {
+    for (auto& e : events_) check(cudaEventCreate(&e), "cudaEventCreate");
+  }
+  ~StepEvents() {
+    for (auto& e : events_) cudaEventDestroy(e);
+  }
+  void mark(int i, cudaStream_t stream) {
+    check(cudaEventRecord(events_[i], stream), "cudaEventRecord");
+  }
+  double us(int from, int to) const {
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, events_[from], events_[to]), "cudaEventElapsedTime");
+    return ms * 1000.0;
+  }
+
+ private:
+  std::array<cudaEvent_t, 5> events_{};
+};
+
+}  // namespace
+
+struct CudaEpLayer::State {
+  ExpertMap map;
+  Communicator& host;
+  int device = 0;
+  cudaStream_t stream = nullptr;
+  cublasHandle_t cublas = nullptr;
+  int64_t num_local = 0;
+  cuda::DeviceBuffer router, router_bias, correction_bias, w13, w2;
+  cuda::DeviceBuffer kernel_map, rank_of_expert;  // [E] each
+  cuda::DeviceBuffer logits, ids, weights;
+  cuda::ExpertsRunner experts;
+  std::string device_name;
+  std::unique_ptr<cuda::ep::DataPath> path;
+  CudaEpStats stats;
+  int64_t num_tokens = 0;
+  StepEvents events;
+
+  State(ExpertMap m, Communicator& h) : map(std::move(m)), host(h) {}
+  // Everything but the expert weights and the router: stream, maps, the data path.
+  void connect(const MoeConfig& config, const CudaEpOptions& options, Communicator* device_comm);
+  ~State() {
+    path.reset();  // a collective: before the stream goes
+    if (cublas != nullptr) cublasDestroy(cublas);
+    if (stream != nullptr) cudaStreamDestroy(stream);
+  }
+};
+
+CudaEpLayer::CudaEpLayer(MoeConfig config, CudaEpOptions options, std::unique_ptr<State> state)
+    : config_(std::move(config)), options_(options), state_(std::move(state)) {}
+
+CudaEpLayer::CudaEpLayer(MoeConfig config, const LayerWeights& w, ExpertMap map, Communicator& host,
+                         Communicator* device, CudaEpOptions options)
+    : config_(std::move(config)), options_(options) {
+  check_config(config_, map, host, options_);
+  const int64_t E = config_.routing.num_experts, H = config_.experts.hidden_size;
+  const int64_t I = config_.experts.intermediate_size;
+  const int64_t L = static_cast<int64_t>(map.local_slots(host.rank()).size());
+  if (w.router.dtype() != DType::kBF16 || w.w13.dtype() != DType::kBF16 ||
+      w.w2.dtype() != DType::kBF16) {
+    fail("CudaEpLayer: expected bf16 router, w13 and w2; got {}, {}, {}",
+         dtype_name(w.router.dtype()), dtype_name(w.w13.dtype()), dtype_name(w.w2.dtype()));
+  }
+  if (w.router.shape() != Shape{E, H} || w.w13.shape() != Shape{L, 2 * I, H} ||
+      w.w2.shape() != Shape{L, H, I}) {
+    fail(
+        "CudaEpLayer: rank {} holds {} slots: expected router [{}, {}], w13 [{}, {}, {}], w2 "
+        "[{}, {}, {}]; got {}, {}, {}",
+        host.rank(), L, E, H, L, 2 * I, H, L, H, I, shape_string(w.router.shape()),
+        shape_string(w.w13.shape()), shape_string(w.w2.shape()));
+  }
+  state_ = std::make_unique<State>(std::move(map), host);
+  upload(state_->router, w.router);
+  upload(state_->w13, w.w13);
+  upload(state_->w2, w.w2);
+  if (w.router_bias.defined()) upload(state_->router_bias, w.router_bias);
+  if (w.correction_bias.defined()) upload(state_->correction_bias, w.correction_bias);
+  state_->connect(config_, options_, device);
+}
+
+CudaEpLayer CudaEpLayer::synthetic(MoeConfig config, ExpertMap map, Communicator& host,
+                                   Communicator* device, CudaEpOptions options, uint64_t seed) {
+  check_config(config, map, host, options);
+  const int64_t E = config.routing.num_experts, H = config.experts.hidden_size;
+  const int64_t I = config.experts.intermediate_size;
+  const int64_t L = static_cast<int64_t>(map.local_slots(host.rank()).size());
+  auto state = std::make_unique<State>(std::move(map), host);
+  const auto fill = [&](cuda::DeviceBuffer& buffer, int64_t count, uint64_t id, int64_t fan_in) {
+    buffer.reserve(static_cast<size_t>(count) * 2);
+    cuda::fill_normal_bf16(buffer.data(), count, seed * 16 + id,
+                           1.0f / std::sqrt(static_cast<float>(fan_in)), nullptr);
+  };
+  fill(state->router, E * H, 0, H);
+  fill(state->w13, L * 2 * I * H, 1 + static_cast<uint64_t>(host.rank()) * 2, H);
+  fill(state->w2, L * H * I, 2 + static_cast<uint64_t>(host.rank()) * 2, I);
+  if (config.routing.has_router_bias) {
+    state->router_bias.reserve(static_cast<size_t>(E) * sizeof(float));
+    check(cudaMemset(state->router_bias.data(), 0, E * sizeof(float)), "cudaMemset");
+  }
+  if (config.routing.has_correction_bias) {
+    state->correction_bias.reserve(static_cast<size_t>(E) * sizeof(float));
+    check(cudaMemset(state->correction_bias.data(), 0, E * sizeof(float)), "cudaMemset");
+  }
+  check(cudaDeviceSynchronize(), "cudaDeviceSynchronize (synthetic weights)");
+  state->connect(config, options, device);
+  return CudaEpLayer(std::move(config), options, std::move(state));
+}
+
+void CudaEpLayer::State::connect(const MoeConfig& config, const CudaEpOptions& options,
+                                 Communicator* device_comm) {
+  State& s = *this;
+  const int me = s.host.rank(), N = s.host.size();
+  const int64_t E = config.routing.num_experts;
+  check(cudaGetDevice(&s.device), "cudaGetDevice");
+  cudaDeviceProp properties{};
+  check(cudaGetDeviceProperties(&properties, s.device), "cudaGetDeviceProperties");
+  s.device_name = properties.name;
+  check(cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  check(cublasCreate(&s.cublas), "cublasCreate");
+  s.num_local = static_cast<int64_t>(s.map.local_slots(me).size());
+
+  const std::vector<int32_t> kernel_map = s.map.kernel_expert_map(me);
+  std::vector<int32_t> rank_of(static_cast<size_t>(E));
+  for (int64_t e = 0; e < E; ++e) rank_of[static_cast<size_t>(e)] = s.map.rank_of_slot(e);
+  s.kernel_map.reserve(static_cast<size_t>(E) * sizeof(int32_t));
+  s.rank_of_expert.reserve(static_cast<size_t>(E) * sizeof(int32_t));
+  check(cudaMemcpy(s.kernel_map.data(), kernel_map.data(), E * sizeof(int32_t),
+                   cudaMemcpyHostToDevice),
+        "cudaMemcpy (expert map)");
+  check(cudaMemcpy(s.rank_of_expert.data(), rank_of.data(), E * sizeof(int32_t),
+                   cudaMemcpyHostToDevice),
+        "cudaMemcpy (expert ranks)");
+
+  cuda::ep::PathShape shape;
+  shape.num_ranks = N;
+  shape.rank = me;
+  shape.hidden_size = config.experts.hidden_size;
+  shape.top_k = config.routing.top_k;
+  shape.num_experts = E;
+  shape.rank_of_expert = static_cast<const int32_t*>(s.rank_of_expert.data());
+  if (options.dispatcher == DispatcherKind::kLowLatency) {
+    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(options.timeout);
+    s.path = cuda::ep::make_low_latency_path(s.host, shape, options.low_latency_capacity,
+                                             static_cast<uint64_t>(ns.count()));
+  } else {
+    if (device_comm == nullptr) {
+      fail("CudaEpLayer: the high-throughput path needs a device communicator (NCCL); got none");
+    }
+    s.path = cuda::ep::make_high_throughput_path(s.host, *device_comm, shape);
+  }
+}
+
+CudaEpLayer::~CudaEpLayer() = default;
+CudaEpLayer::CudaEpLayer(CudaEpLayer&&) noexcept = default;
+CudaEpLayer& CudaEpLayer::operator=(CudaEpLayer&&) noexcept = default;
+
+void* CudaEpLayer::stream() const { return state_->stream; }
+const ExpertMap& CudaEpLayer::expert_map() const { return state_->map; }
+const CudaEpStats& CudaEpLayer::last_stats() const { return state_->stats; }
+
+void CudaEpLayer::dispatch(const TensorView& hidden, const TensorView& topk_ids,
+                           const TensorView& topk_weights) {
+  const int64_t M = hidden.dim() == 2 ? hidden.size(0) : -1;
+  const int64_t H = config_.experts.hidden_size, k = config_.routing.top_k;
+  check_tokens(hidden, "hidden", DType::kBF16, M, H);
+  check_tokens(topk_ids, "topk_ids", DType::kI32, M, k);
+  check_tokens(topk_weights, "topk_weights", DType::kF32, M, k);
+  use_device(state_->device);
+  state_->num_tokens = M;
+  state_->path->dispatch({hidden.data, static_cast<const int32_t*>(topk_ids.data),
+                          static_cast<const float*>(topk_weights.data), M},
+                         state_->stream);
+}
+
+void CudaEpLayer::experts() {
+  State& s = *state_;
+  const cuda::ep::ReceivedRows in = s.path->received();
+  ExpertsProblem problem;
+  problem.num_tokens = in.num_rows;
+  problem.hidden_size = config_.experts.hidden_size;
+  problem.intermediate_size = config_.experts.intermediate_size;
+  problem.top_k = config_.routing.top_k;
+  problem.num_experts = config_.routing.num_experts;
+  problem.num_local_experts = s.num_local;
+  problem.hidden = in.rows;
+  problem.hidden_dtype = DType::kBF16;
+  problem.w13 = s.w13.data();
+  problem.w2 = s.w2.data();
+  problem.weight_dtype = DType::kBF16;
+  problem.topk_ids = in.ids;
+  problem.topk_weights = in.weights;
+  problem.expert_map = static_cast<const int32_t*>(s.kernel_map.data());
+  problem.out = in.partial;
+  cuda::ExpertsPlan plan = cuda_plans::choose_plan(problem, s.device_name);
+  if (options_.block_m > 0) {
+    plan.block_m = options_.block_m;
+    plan.tiny_batch = false;
+    plan.kernel = options_.block_m <= cuda::kMaxStreamRows ? cuda::GemmKernel::kStream
+                  : cuda::wgmma_available() && cuda::wgmma_supports_block_m(options_.block_m)
+                      ? cuda::GemmKernel::kWgmma
+                      : cuda::GemmKernel::kMma;
+  }
+  s.experts.run(problem, plan, s.stream);
+}
+
+void CudaEpLayer::combine(const TensorView& out) {
+  check_tokens(out, "out", DType::kBF16, state_->num_tokens, config_.experts.hidden_size);
+  state_->path->combine(out.data, state_->stream);
+}
+
+void CudaEpLayer::finish_step() {
+  State& s = *state_;
+  const cuda::ep::Status status = s.path->read_status(s.stream);
+  const int N = s.host.size();
+  if (status.bits != 0) {
+    const std::string message =
+        cuda::ep::format_status(status, s.host.rank(), N, options_.low_latency_capacity);
+    // Overflow fails this step on every rank alike and leaves the buffers consistent: the next
+    // step may run. A timeout leaves a peer in an unknown step: nothing after it is valid.
+    const bool timed_out =
+        (status.bits & (cuda::ep::kStatusDispatchTimeout | cuda::ep::kStatusCombineTimeout)) != 0;
+    if (!timed_out) s.path->clear_status(s.stream);
+    fail("{}", message);
+  }
+  s.stats = CudaEpStats{};
+  s.stats.num_tokens = s.num_tokens;
+  s.stats.rows_sent = s.path->rows_sent(s.stream);
+  s.stats.rows_received = s.path->rows_received(s.stream);
+  const int64_t H = config_.experts.hidden_size, k = config_.routing.top_k;
+  for (int p = 0; p < N; ++p) {
+    if (p == s.host.rank()) continue;
+    // Rows, ids and weights out; partial rows back for the rows received.
+    s.stats.bytes_to_peers += s.stats.rows_sent[static_cast<size_t>(p)] * (H * 2 + k * 8) +
+                              s.stats.rows_received[static_cast<size_t>(p)] * H * 2;
+  }
+}
+
+void CudaEpLayer::forward_routed(const TensorView& hidden, const TensorView& topk_ids,
+                                 const TensorView& topk_weights, const TensorView& out) {
+  State& s = *state_;
+  use_device(s.device);
+  s.events.mark(1, s.stream);
+  dispatch(hidden, topk_ids, topk_weights);
+  s.events.mark(2, s.stream);
+  experts();
+  s.events.mark(3, s.stream);
+  combine(out);
+  s.events.mark(4, s.stream);
+  finish_step();
+  s.stats.dispatch_us = s.events.us(1, 2);
+  s.stats.experts_us = s.events.us(2, 3);
+  s.stats.combine_us = s.events.us(3, 4);
+  s.stats.total_us = s.events.us(1, 4);
+}
+
+void CudaEpLayer::forward(const TensorView& hidden, const TensorView& out) {
+  State& s = *state_;
+  const RoutingConfig& r = config_.routing;
+  const int64_t M = hidden.dim() == 2 ? hidden.size(0) : -1;
+  const int64_t H = config_.experts.hidden_size, E = r.num_experts, k = r.top_k;
+  check_tokens(hidden, "hidden", DType::kBF16, M, H);
+  use_device(s.device);
+  s.logits.reserve(static_cast<size_t>(std::max<int64_t>(M * E, 1)) * sizeof(float));
+  s.ids.reserve(static_cast<size_t>(std::max<int64_t>(M * k, 1)) * sizeof(int32_t));
+  s.weights.reserve(static_cast<size_t>(std::max<int64_t>(M * k, 1)) * sizeof(float));
+  s.events.mark(0, s.stream);
+  cuda::router_gemm(s.cublas, hidden.data, s.router.data(), DType::kBF16, M, H, E,
+                    static_cast<float*>(s.logits.data()), s.stream);
+  cuda::SelectArgs select;
+  select.logits = static_cast<const float*>(s.logits.data());
+  select.router_bias =
+      r.has_router_bias ? static_cast<const float*>(s.router_bias.data()) : nullptr;
+  select.correction_bias =
+      r.has_correction_bias ? static_cast<const float*>(s.correction_bias.data()) : nullptr;
+  select.num_tokens = M;
+  select.topk_ids = static_cast<int32_t*>(s.ids.data());
+  select.topk_weights = static_cast<float*>(s.weights.data());
+  cuda::select_experts(r, select, s.stream);
+  const TensorView ids(s.ids.data(), DType::kI32, {M, k}, Device::kCuda);
+  const TensorView weights(s.weights.data(), DType::kF32, {M, k}, Device::kCuda);
+  forward_routed(hidden, ids, weights, out);
+  s.stats.route_us = s.events.us(0, 1);
+  s.stats.total_us = s.events.us(0, 4);
+}
+
+}  // namespace moe

@@ -1,0 +1,63 @@
+// The two expert-parallel data paths of CudaEpLayer behind one interface: dispatch leaves the
+// received rows where the experts read them in place, combine takes the experts' partial rows
+// back and sums them into the output.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "moe/communicator.h"
+#include "parallel/cuda/ep_status.h"
+
+namespace moe::cuda::ep {
+
+struct PathShape {
+  int num_ranks = 0;
+  int rank = 0;
+  int64_t hidden_size = 0;
+  int64_t top_k = 0;
+  int64_t num_experts = 0;
+  const int32_t* rank_of_expert = nullptr;  // [E] on the device
+};
+
+struct TokensIn {
+  const void* hidden = nullptr;         // bf16 [M, H]
+  const int32_t* topk_ids = nullptr;    // [M, k]
+  const float* topk_weights = nullptr;  // [M, k]
+  int64_t num_tokens = 0;
+};
+
+// Where the experts read and write: rows [num_rows, H] with their ids and weights [num_rows, k]
+// (ids of slots without a row are -1), partial [num_rows, H] for the experts' sums.
+struct ReceivedRows {
+  const void* rows = nullptr;
+  const int32_t* ids = nullptr;
+  const float* weights = nullptr;
+  int64_t num_rows = 0;
+  void* partial = nullptr;
+};
+
+class DataPath {
+ public:
+  virtual ~DataPath() = default;
+  virtual void dispatch(const TokensIn& in, cudaStream_t stream) = 0;
+  virtual ReceivedRows received() const = 0;
+  virtual void combine(void* out, cudaStream_t stream) = 0;
+  // After the step (synchronizes): the status, then rows sent to and received from each rank.
+  virtual Status read_status(cudaStream_t stream) const = 0;
+  virtual void clear_status(cudaStream_t stream) const = 0;
+  virtual std::vector<int64_t> rows_sent(cudaStream_t stream) const = 0;
+  virtual std::vector<int64_t> rows_received(cudaStream_t stream) const = 0;
+};
+
+// Peer-to-peer over CUDA IPC; `host` bootstraps the buffers (a collective).
+std::unique_ptr<DataPath> make_low_latency_path(Communicator& host, const PathShape& shape,
+                                                int64_t capacity, uint64_t timeout_ns);
+// Counts through `host`, rows through `device` (NCCL).
+std::unique_ptr<DataPath> make_high_throughput_path(Communicator& host, Communicator& device,
+                                                    const PathShape& shape);
+
+}  // namespace moe::cuda::ep

@@ -1,0 +1,130 @@
+// Combine on the GPU: combine_send returns each received row's partial result into its source's
+// buffer (low-latency, through CUDA IPC) and publishes the count; combine_sum adds, for every
+// token, the partial rows the ranks returned, in ascending rank order (deterministic), after
+// waiting for their flags when they came peer to peer. See ep_kernels.h; the ordering argument
+// of the publish is the one in ep_dispatch.cu.
+#include <cuda_bf16.h>
+
+#include "kernels/cuda/bf16_math.cuh"
+#include "kernels/cuda/check.h"
+#include "parallel/cuda/ep_kernels.h"
+#include "parallel/cuda/ep_sync.cuh"
+
+namespace moe::cuda::ep {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kMaxBlocks = 1024;
+
+__device__ void note_error(Status* status, uint32_t bit, uint32_t step) {
+  atomicOr(&status->bits, bit);
+  atomicCAS(&status->step, 0u, step);
+}
+
+__device__ void publish_counts(const CombineSendArgs& a) {
+  __threadfence_system();
+  const uint32_t step = *a.step;
+  // An overflow seen here travels with every count, so every rank fails this step.
+  const uint32_t overflow = (a.status->bits & kStatusOverflow) != 0 ? kOverflowSeenBit : 0;
+  for (int s = 0; s < a.num_ranks; ++s) {
+    const uint32_t count = static_cast<uint32_t>(a.received_counts[s]) | overflow;
+    store_release_sys(a.dest_flags[s], make_flag(step, count));
+  }
+  *a.blocks_done = 0;
+}
+
+__global__ void __launch_bounds__(kThreads) combine_send_kernel(CombineSendArgs a) {
+  const int64_t vectors = a.hidden_size / 8;
+  const int64_t rows = a.num_ranks * a.capacity;
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const int s = static_cast<int>(r / a.capacity);
+    const int64_t i = r % a.capacity;
+    if (i >= a.received_counts[s]) continue;
+    const auto* source = static_cast<const uint4*>(a.partial) + r * vectors;
+    uint4* destination = static_cast<uint4*>(a.dest_rows[s]) + i * vectors;
+    for (int64_t v = threadIdx.x; v < vectors; v += blockDim.x) destination[v] = __ldg(source + v);
+  }
+  __threadfence_system();
+  __syncthreads();
+  if (threadIdx.x == 0 && atomicAdd(a.blocks_done, 1u) == gridDim.x - 1) publish_counts(a);
+}
+
+// Every block waits for every rank's flag itself (one thread per rank), so its own reads of the
+// rows are ordered after an acquire.
+__device__ void wait_for_combine(const CombineSumArgs& a) {
+  if (threadIdx.x >= a.num_ranks) return;
+  const int d = static_cast<int>(threadIdx.x);
+  const uint32_t step = *a.step;
+  bool timed_out = false;
+  uint64_t seen = 0;
+  const uint64_t flag =
+      wait_for_step(&a.flags[d], step, global_timer_ns() + a.timeout_ns, &timed_out, &seen);
+  if (timed_out) {
+    if (atomicCAS(&a.status->timeout_peer, -1, d) == -1) {
+      a.status->timeout_expected_step = step;
+      a.status->timeout_last_flag = seen;
+    }
+    note_error(a.status, kStatusCombineTimeout, step);
+  } else if ((flag_value(flag) & kOverflowSeenBit) != 0 &&
+             (a.status->bits & kStatusOverflow) == 0) {
+    atomicCAS(&a.status->overflow_reported_by, -1, d);
+    note_error(a.status, kStatusPeerOverflow, step);
+  }
+}
+
+__global__ void __launch_bounds__(kThreads) combine_sum_kernel(CombineSumArgs a) {
+  if (a.flags != nullptr) wait_for_combine(a);
+  __syncthreads();
+  const int N = a.num_ranks;
+  const int64_t H = a.hidden_size;
+  auto* out = static_cast<uint4*>(a.out);
+  for (int64_t t = blockIdx.x; t < a.num_tokens; t += gridDim.x) {
+    for (int64_t v = threadIdx.x; v < H / 8; v += blockDim.x) {
+      float sum[8] = {};
+      for (int d = 0; d < N; ++d) {
+        const int32_t slot = a.slot_of[t * N + d];
+        if (slot < 0) continue;
+        float row[8];
+        const __nv_bfloat16* partial = static_cast<const __nv_bfloat16*>(a.rows[d]) + slot * H;
+        bf16x8_to_float(load_coherent(reinterpret_cast<const uint4*>(partial) + v), row);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) sum[e] += row[e];
+      }
+      alignas(16) __nv_bfloat16 packed[8];
+#pragma unroll
+      for (int e = 0; e < 8; ++e) packed[e] = __float2bfloat16(sum[e]);
+      out[t * (H / 8) + v] = *reinterpret_cast<const uint4*>(packed);
+    }
+  }
+}
+
+int64_t grid_for(int64_t items) { return items < 1 ? 1 : items < kMaxBlocks ? items : kMaxBlocks; }
+
+__global__ void hold_kernel(uint64_t nanoseconds) {
+  const uint64_t until = global_timer_ns() + nanoseconds;
+  while (global_timer_ns() < until) {
+  }
+}
+
+}  // namespace
+
+void hold_stream(int64_t microseconds, cudaStream_t stream) {
+  hold_kernel<<<1, 1, 0, stream>>>(static_cast<uint64_t>(microseconds) * 1000);
+  check_launch("ep::hold_stream");
+}
+
+void combine_send(const CombineSendArgs& args, cudaStream_t stream) {
+  const int64_t blocks = grid_for(args.num_ranks * args.capacity);
+  combine_send_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(args);
+  check_launch("ep::combine_send");
+}
+
+void combine_sum(const CombineSumArgs& args, cudaStream_t stream) {
+  // With no tokens, one block still waits for the flags: buffers are reused next step only once
+  // every peer has answered this one.
+  const int64_t blocks = grid_for(args.num_tokens);
+  combine_sum_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(args);
+  check_launch("ep::combine_sum");
+}
+
+}  // namespace moe::cuda::ep

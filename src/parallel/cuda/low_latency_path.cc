@@ -1,0 +1,190 @@
+// The low-latency data path: one IPC-mapped region per rank, laid out identically on every rank,
+// written by peers directly (ep_kernels.h). Per rank, for N ranks, capacity C, H, k:
+//
+//   dispatch rows     bf16 [N, C, H]   block s: rows from source s
+//   dispatch ids      int32 [N, C, k]  (the experts read rows, ids and weights in place)
+//   dispatch weights  f32 [N, C, k]
+//   combine rows      bf16 [N, C, H]   block d: partial rows returned by rank d
+//   dispatch flags    u64 [N]          word s: {step, rows} from source s
+//   combine flags     u64 [N]          word d: {step, rows | overflow bit} from rank d
+//
+// Buffer reuse without resets: a source writes step s + 1 into a peer only after that peer's
+// combine of step s arrived, which the peer sends after its experts finished reading step s; and
+// every rank waits for every peer's combine flag each step, tokens or not (docs/parallel-cuda.md).
+#include <algorithm>
+
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/device_buffer.h"
+#include "parallel/cuda/data_path.h"
+#include "parallel/cuda/ep_kernels.h"
+#include "parallel/cuda/ipc_buffers.h"
+#include "parallel/cuda/step_scratch.h"
+
+namespace moe::cuda::ep {
+namespace {
+
+constexpr size_t kAlign = 256;
+
+size_t aligned(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
+
+struct Layout {
+  size_t rows = 0, ids = 0, weights = 0, combine_rows = 0, dispatch_flags = 0, combine_flags = 0;
+  size_t bytes = 0;
+};
+
+Layout make_layout(int N, int64_t C, int64_t H, int64_t k) {
+  Layout l;
+  size_t offset = 0;
+  const auto place = [&](size_t& at, size_t bytes) {
+    at = offset;
+    offset += aligned(bytes);
+  };
+  const size_t slots = static_cast<size_t>(N) * static_cast<size_t>(C);
+  place(l.rows, slots * static_cast<size_t>(H) * 2);
+  place(l.ids, slots * static_cast<size_t>(k) * sizeof(int32_t));
+  place(l.weights, slots * static_cast<size_t>(k) * sizeof(float));
+  place(l.combine_rows, slots * static_cast<size_t>(H) * 2);
+  place(l.dispatch_flags, static_cast<size_t>(N) * sizeof(uint64_t));
+  place(l.combine_flags, static_cast<size_t>(N) * sizeof(uint64_t));
+  l.bytes = offset;
+  return l;
+}
+
+template <typename T>
+T* at(void* base, size_t offset) {
+  return reinterpret_cast<T*>(static_cast<char*>(base) + offset);
+}
+
+class LowLatencyPath : public DataPath {
+ public:
+  LowLatencyPath(Communicator& host, const PathShape& shape, int64_t capacity, uint64_t timeout_ns)
+      : shape_(shape),
+        capacity_(capacity),
+        timeout_ns_(timeout_ns),
+        layout_(make_layout(shape.num_ranks, capacity, shape.hidden_size, shape.top_k)),
+        buffers_(host, layout_.bytes),
+        scratch_(shape.num_ranks) {
+    const int64_t slots = shape.num_ranks * capacity;
+    partial_.reserve(static_cast<size_t>(std::max<int64_t>(slots * shape.hidden_size, 1)) * 2);
+  }
+
+  void dispatch(const TokensIn& in, cudaStream_t stream) override {
+    const int N = shape_.num_ranks, me = shape_.rank;
+    const int64_t C = capacity_, H = shape_.hidden_size, k = shape_.top_k;
+    DispatchSendArgs send;
+    send.hidden = in.hidden;
+    send.topk_ids = in.topk_ids;
+    send.topk_weights = in.topk_weights;
+    send.rank_of_expert = shape_.rank_of_expert;
+    send.num_tokens = in.num_tokens;
+    send.hidden_size = H;
+    send.top_k = k;
+    send.num_experts = shape_.num_experts;
+    send.num_ranks = N;
+    send.rank = me;
+    send.capacity = C;
+    for (int d = 0; d < N; ++d) {
+      void* peer = buffers_.of_rank(d);
+      send.dest_rows[d] = at<uint16_t>(peer, layout_.rows) + me * C * H;
+      send.dest_ids[d] = at<int32_t>(peer, layout_.ids) + me * C * k;
+      send.dest_weights[d] = at<float>(peer, layout_.weights) + me * C * k;
+      send.dest_flags[d] = at<uint64_t>(peer, layout_.dispatch_flags) + me;
+    }
+    send.send_counters = scratch_.send_counters();
+    send.blocks_done = scratch_.dispatch_done();
+    send.step = scratch_.step();
+    slot_of_ = scratch_.slot_of(in.num_tokens);
+    num_tokens_ = in.num_tokens;
+    send.slot_of = slot_of_;
+    send.sent_counts = scratch_.sent_counts();
+    send.status = scratch_.status();
+    dispatch_send(send, stream);
+
+    DispatchWaitArgs wait;
+    wait.flags = at<uint64_t>(local(), layout_.dispatch_flags);
+    wait.step = scratch_.step();
+    wait.ids = at<int32_t>(local(), layout_.ids);
+    wait.top_k = k;
+    wait.capacity = C;
+    wait.num_ranks = N;
+    wait.timeout_ns = timeout_ns_;
+    wait.received_counts = scratch_.received_counts();
+    wait.status = scratch_.status();
+    dispatch_wait(wait, stream);
+  }
+
+  ReceivedRows received() const override {
+    ReceivedRows r;
+    r.rows = at<uint16_t>(local(), layout_.rows);
+    r.ids = at<int32_t>(local(), layout_.ids);
+    r.weights = at<float>(local(), layout_.weights);
+    r.num_rows = shape_.num_ranks * capacity_;
+    r.partial = partial_.data();
+    return r;
+  }
+
+  void combine(void* out, cudaStream_t stream) override {
+    const int N = shape_.num_ranks, me = shape_.rank;
+    const int64_t C = capacity_, H = shape_.hidden_size;
+    CombineSendArgs send;
+    send.partial = partial_.data();
+    send.received_counts = scratch_.received_counts();
+    send.hidden_size = H;
+    send.capacity = C;
+    send.num_ranks = N;
+    send.step = scratch_.step();
+    for (int s = 0; s < N; ++s) {
+      void* peer = buffers_.of_rank(s);
+      send.dest_rows[s] = at<uint16_t>(peer, layout_.combine_rows) + me * C * H;
+      send.dest_flags[s] = at<uint64_t>(peer, layout_.combine_flags) + me;
+    }
+    send.blocks_done = scratch_.combine_done();
+    send.status = scratch_.status();
+    combine_send(send, stream);
+
+    CombineSumArgs sum;
+    for (int d = 0; d < N; ++d)
+      sum.rows[d] = at<uint16_t>(local(), layout_.combine_rows) + d * C * H;
+    sum.slot_of = slot_of_;
+    sum.num_tokens = num_tokens_;
+    sum.hidden_size = H;
+    sum.num_ranks = N;
+    sum.out = out;
+    sum.flags = at<uint64_t>(local(), layout_.combine_flags);
+    sum.step = scratch_.step();
+    sum.timeout_ns = timeout_ns_;
+    sum.status = scratch_.status();
+    combine_sum(sum, stream);
+  }
+
+  Status read_status(cudaStream_t stream) const override { return scratch_.read_status(stream); }
+  void clear_status(cudaStream_t stream) const override { scratch_.clear_status(stream); }
+  std::vector<int64_t> rows_sent(cudaStream_t stream) const override {
+    return scratch_.read_counts(scratch_.sent_counts(), stream);
+  }
+  std::vector<int64_t> rows_received(cudaStream_t stream) const override {
+    return scratch_.read_counts(scratch_.received_counts(), stream);
+  }
+
+ private:
+  void* local() const { return buffers_.of_rank(shape_.rank); }
+
+  PathShape shape_;
+  int64_t capacity_;
+  uint64_t timeout_ns_;
+  Layout layout_;
+  IpcBuffers buffers_;
+  mutable StepScratch scratch_;
+  DeviceBuffer partial_;  // bf16 [N * C, H]
+  int32_t* slot_of_ = nullptr;
+  int64_t num_tokens_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<DataPath> make_low_latency_path(Communicator& host, const PathShape& shape,
+                                                int64_t capacity, uint64_t timeout_ns) {
+  return std::make_unique<LowLatencyPath>(host, shape, capacity, timeout_ns);
+}
+
+}  // namespace moe::cuda::ep

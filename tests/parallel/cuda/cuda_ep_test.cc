@@ -1,0 +1,279 @@
+// CudaEpLayer under mpirun (one process per GPU) against the single-GPU CUDA layer with the same
+// weights and tokens: both data paths, ranks without tokens, experts without pairs, every token
+// to one rank, overflow of the low-latency capacity (an error on every rank, then a normal step),
+// a low-latency step captured in a CUDA graph and replayed, and a peer that never enters a step
+// (the others fail within the timeout instead of hanging).
+//
+// Equal within bf16 rounding, not bitwise: each partial row (a token's pairs served by one rank)
+// is rounded to bf16 before the source adds them, where the single-GPU layer adds the k pair rows;
+// and the experts may pick another kernel plan for the rows they see. Each rounding is at most
+// 2^-9 relative to values of the order of the row's largest output, and there are at most k pair
+// roundings that differ plus N partial roundings plus the output's: the bound below.
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <set>
+
+#include "common/random_tensors.h"
+#include "cuda/device_tensor.h"
+#include "moe/cuda_ep_layer.h"
+#include "moe/ep_layer.h"
+#include "moe/error.h"
+#include "moe/expert_map.h"
+#include "moe/experts.h"
+#include "moe/layer.h"
+#include "parallel/cuda/cuda_ep_world.h"
+
+namespace moe {
+namespace {
+
+using testing::DeviceTensor;
+
+MoeConfig small_config() {
+  MoeConfig config = preset_config("qwen3-30b-a3b");
+  config.experts.hidden_size = 256;
+  config.experts.intermediate_size = 128;
+  config.routing.num_experts = 16;
+  config.routing.top_k = 4;
+  return config;
+}
+
+// Every token row within (k + N + 1) bf16 roundings of its largest output.
+void expect_close(const Tensor& got, const Tensor& want, int64_t k, int num_ranks) {
+  ASSERT_EQ(got.shape(), want.shape());
+  const Tensor g = Tensor::copy_of(got, DType::kF32), w = Tensor::copy_of(want, DType::kF32);
+  const int64_t M = want.size(0), H = want.size(1);
+  const double rounding = std::ldexp(1.0, -8);
+  for (int64_t t = 0; t < M; ++t) {
+    double scale = 1e-6;
+    for (int64_t h = 0; h < H; ++h)
+      scale = std::max(scale, std::fabs(double{w.data<float>()[t * H + h]}));
+    const double tolerance = static_cast<double>(k + num_ranks + 1) * rounding * scale;
+    for (int64_t h = 0; h < H; ++h) {
+      const double a = g.data<float>()[t * H + h], b = w.data<float>()[t * H + h];
+      ASSERT_TRUE(std::isfinite(a)) << "token " << t << " element " << h << ": " << a;
+      ASSERT_LE(std::fabs(a - b), tolerance) << "token " << t << " element " << h << ": got " << a
+                                             << ", single GPU " << b << ", tolerance " << tolerance;
+    }
+  }
+}
+
+// Rows this rank must send each rank: one per token and serving rank.
+std::vector<int64_t> expected_rows(const Tensor& ids, const ExpertMap& map) {
+  std::vector<int64_t> rows(static_cast<size_t>(map.num_ranks()), 0);
+  const int64_t M = ids.size(0), k = ids.size(1);
+  for (int64_t t = 0; t < M; ++t) {
+    std::set<int32_t> ranks;
+    for (int64_t j = 0; j < k; ++j) {
+      const int32_t e = ids.data<int32_t>()[t * k + j];
+      if (e >= 0) ranks.insert(map.rank_of_slot(e));
+    }
+    for (int32_t r : ranks) ++rows[static_cast<size_t>(r)];
+  }
+  return rows;
+}
+
+class CudaEp : public ::testing::TestWithParam<DispatcherKind> {
+ protected:
+  Communicator& host = testing::host_world();
+  int me = host.rank(), N = host.size();
+  MoeConfig config = small_config();
+  LayerWeights full = synthetic_layer_weights(config, DType::kBF16, 7);
+  ExpertMap map = ExpertMap::contiguous(config.routing.num_experts, N);
+
+  CudaEpLayer make_layer(int64_t capacity = 64) {
+    CudaEpOptions options;
+    options.dispatcher = GetParam();
+    options.low_latency_capacity = capacity;
+    options.timeout = std::chrono::seconds(10);
+    return CudaEpLayer(config, local_layer_weights(full, map, me), map, host,
+                       &testing::nccl_world(), options);
+  }
+
+  // One routed step on every rank against fused_experts on this GPU with all the weights.
+  void expect_routed_step(CudaEpLayer& layer, const Tensor& hidden, const Tensor& ids) {
+    const int64_t M = hidden.size(0), k = config.routing.top_k;
+    const Tensor weights = testing::random_normal(DType::kF32, {M, k}, 100 + me, 0.3f);
+    const DeviceTensor d_hidden(hidden), d_ids(ids), d_weights(weights);
+    const DeviceTensor out = DeviceTensor::empty_like(DType::kBF16, hidden.shape());
+    layer.forward_routed(d_hidden, d_ids, d_weights, out);
+    const DeviceTensor w13(full.w13), w2(full.w2);
+    const DeviceTensor want = DeviceTensor::empty_like(DType::kBF16, hidden.shape());
+    if (M > 0) fused_experts(d_hidden, w13, w2, d_weights, d_ids, want);
+    expect_close(out.to_host(), want.to_host(), k, N);
+    EXPECT_EQ(layer.last_stats().rows_sent, expected_rows(ids, map));
+  }
+};
+
+TEST_P(CudaEp, RoutedLayerMatchesTheSingleGpuLayer) {
+  MoeLayer single(config, full, {Backend::kCuda});
+  CudaEpLayer layer = make_layer();
+  // Several steps of different sizes: buffers and flags are reused without resets.
+  for (int64_t M : {int64_t{37} + 27 * me, int64_t{5}, int64_t{64}}) {
+    SCOPED_TRACE(fmt::format("rank {} M {}", me, M));
+    const Tensor hidden =
+        testing::random_normal(DType::kBF16, {M, config.experts.hidden_size}, M * 10 + me);
+    const DeviceTensor d_hidden(hidden);
+    const DeviceTensor out = DeviceTensor::empty_like(DType::kBF16, hidden.shape());
+    layer.forward(d_hidden, out);
+    expect_close(out.to_host(), single.forward(hidden), config.routing.top_k, N);
+  }
+}
+
+TEST_P(CudaEp, RankWithoutTokens) {
+  CudaEpLayer layer = make_layer();
+  for (int step = 0; step < 2; ++step) {
+    const int64_t M = me == 1 ? 0 : 20;  // rank 1 idles; the others still need its experts
+    const Tensor hidden =
+        testing::random_normal(DType::kBF16, {M, config.experts.hidden_size}, 3 + me);
+    Tensor ids(DType::kI32, {M, config.routing.top_k});
+    testing::fill_uniform_int(ids, 11 + me, 0,
+                              static_cast<int32_t>(config.routing.num_experts - 1));
+    expect_routed_step(layer, hidden, ids);
+  }
+}
+
+TEST_P(CudaEp, ExpertsWithoutPairsAndUnusedSlots) {
+  CudaEpLayer layer = make_layer();
+  const Tensor hidden = testing::random_normal(DType::kBF16, {1, config.experts.hidden_size}, me);
+  Tensor ids(DType::kI32, {1, config.routing.top_k});
+  // Two slots name the same expert of one rank (the row still travels once), one slot is empty.
+  ids.data<int32_t>()[0] = 1;
+  ids.data<int32_t>()[1] = 1;
+  ids.data<int32_t>()[2] = -1;
+  ids.data<int32_t>()[3] = static_cast<int32_t>(config.routing.num_experts - 1);
+  expect_routed_step(layer, hidden, ids);
+}
+
+TEST_P(CudaEp, AllTokensToOneRank) {
+  CudaEpLayer layer = make_layer();
+  const int64_t M = 48, k = config.routing.top_k;
+  const std::span<const int32_t> rank0 = map.local_slots(0);
+  const Tensor hidden = testing::random_normal(DType::kBF16, {M, config.experts.hidden_size}, me);
+  Tensor ids(DType::kI32, {M, k});
+  for (int64_t t = 0; t < M; ++t) {
+    for (int64_t j = 0; j < k; ++j) {
+      ids.data<int32_t>()[t * k + j] = rank0[static_cast<size_t>((t + j) % rank0.size())];
+    }
+  }
+  expect_routed_step(layer, hidden, ids);
+}
+
+TEST(CudaEpLowLatency, OverflowFailsEveryRankWithTheCountsThenTheNextStepRuns) {
+  Communicator& host = testing::host_world();
+  const int me = host.rank(), N = host.size();
+  MoeConfig config = small_config();
+  const LayerWeights full = synthetic_layer_weights(config, DType::kBF16, 7);
+  const ExpertMap map = ExpertMap::contiguous(config.routing.num_experts, N);
+  CudaEpOptions options;
+  options.low_latency_capacity = 8;
+  CudaEpLayer layer(config, local_layer_weights(full, map, me), map, host, nullptr, options);
+  const int64_t k = config.routing.top_k, H = config.experts.hidden_size;
+  const auto step = [&](int64_t M) {
+    const Tensor hidden = testing::random_normal(DType::kBF16, {M, H}, me);
+    Tensor ids(DType::kI32, {M, k});
+    const int32_t last_expert = map.local_slots(N - 1).back();
+    for (int64_t i = 0; i < M * k; ++i) ids.data<int32_t>()[i] = last_expert;  // all to rank N-1
+    const Tensor weights = testing::random_normal(DType::kF32, {M, k}, me);
+    const DeviceTensor d_hidden(hidden), d_ids(ids), d_weights(weights);
+    const DeviceTensor out = DeviceTensor::empty_like(DType::kBF16, {M, H});
+    layer.forward_routed(d_hidden, d_ids, d_weights, out);
+  };
+  // Rank 0 sends 20 rows to rank N-1; every rank must fail this step, naming the counts.
+  try {
+    step(me == 0 ? 20 : 2);
+    ADD_FAILURE() << "rank " << me << ": no error for 20 rows over a capacity of 8";
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("capacity of 8 rows"), std::string::npos) << message;
+    if (me == 0 || me == N - 1) {
+      EXPECT_NE(message.find(fmt::format("rank 0 needed 20 rows for rank {}", N - 1)),
+                std::string::npos)
+          << message;
+    }
+  }
+  EXPECT_NO_THROW(step(8));  // within the capacity: the buffers and flags are consistent again
+}
+
+TEST(CudaEpLowLatency, CapturedStepReplaysInACudaGraph) {
+  Communicator& host = testing::host_world();
+  const int me = host.rank(), N = host.size();
+  MoeConfig config = small_config();
+  const LayerWeights full = synthetic_layer_weights(config, DType::kBF16, 7);
+  const ExpertMap map = ExpertMap::contiguous(config.routing.num_experts, N);
+  CudaEpLayer layer(config, local_layer_weights(full, map, me), map, host, nullptr, {});
+  const int64_t M = 32, k = config.routing.top_k, H = config.experts.hidden_size;
+  Tensor ids(DType::kI32, {M, k});
+  testing::fill_uniform_int(ids, 5 + me, 0, static_cast<int32_t>(config.routing.num_experts - 1));
+  const Tensor weights = testing::random_normal(DType::kF32, {M, k}, 9 + me, 0.3f);
+  const DeviceTensor d_ids(ids), d_weights(weights), w13(full.w13), w2(full.w2);
+  DeviceTensor d_hidden(testing::random_normal(DType::kBF16, {M, H}, me));
+  const DeviceTensor out = DeviceTensor::empty_like(DType::kBF16, {M, H});
+  layer.forward_routed(d_hidden, d_ids, d_weights, out);  // sizes every buffer
+
+  auto stream = static_cast<cudaStream_t>(layer.stream());
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  layer.dispatch(d_hidden, d_ids, d_weights);
+  layer.experts();
+  layer.combine(out);
+  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  for (int replay = 0; replay < 3; ++replay) {
+    SCOPED_TRACE(fmt::format("rank {} replay {}", me, replay));
+    const Tensor hidden = testing::random_normal(DType::kBF16, {M, H}, 100 * replay + me);
+    ASSERT_EQ(cudaMemcpyAsync(d_hidden.view().data, hidden.data<void>(), hidden.nbytes(),
+                              cudaMemcpyHostToDevice, stream),
+              cudaSuccess);
+    ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+    layer.finish_step();
+    const DeviceTensor want = DeviceTensor::empty_like(DType::kBF16, {M, H});
+    fused_experts(d_hidden, w13, w2, d_weights, d_ids, want);
+    expect_close(out.to_host(), want.to_host(), k, N);
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+}
+
+TEST(CudaEpLowLatency, PeerThatSkipsAStepFailsTheOthersWithinTheTimeout) {
+  Communicator& host = testing::host_world();
+  const int me = host.rank(), N = host.size();
+  MoeConfig config = small_config();
+  const LayerWeights full = synthetic_layer_weights(config, DType::kBF16, 7);
+  const ExpertMap map = ExpertMap::contiguous(config.routing.num_experts, N);
+  CudaEpOptions options;
+  options.timeout = std::chrono::milliseconds(500);
+  CudaEpLayer layer(config, local_layer_weights(full, map, me), map, host, nullptr, options);
+  if (me == N - 1) return;  // stalls: never enters the step (its layer still leaves collectively)
+  const int64_t M = 4, k = config.routing.top_k, H = config.experts.hidden_size;
+  Tensor ids(DType::kI32, {M, k});
+  testing::fill_uniform_int(ids, me, 0, static_cast<int32_t>(config.routing.num_experts - 1));
+  const DeviceTensor d_hidden(testing::random_normal(DType::kBF16, {M, H}, me)), d_ids(ids);
+  const DeviceTensor d_weights(testing::random_normal(DType::kF32, {M, k}, me));
+  const DeviceTensor out = DeviceTensor::empty_like(DType::kBF16, {M, H});
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    layer.forward_routed(d_hidden, d_ids, d_weights, out);
+    ADD_FAILURE() << "rank " << me << ": no error although rank " << N - 1 << " never answered";
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find(fmt::format("timed out waiting for rank {} in dispatch", N - 1)),
+              std::string::npos)
+        << message;
+  }
+  // Dispatch and combine each wait at most the timeout.
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  // The layer stays failed: a peer is in an unknown step.
+  EXPECT_THROW(layer.finish_step(), Error);
+}
+
+INSTANTIATE_TEST_SUITE_P(Paths, CudaEp,
+                         ::testing::Values(DispatcherKind::kLowLatency,
+                                           DispatcherKind::kHighThroughput),
+                         [](const auto& info) { return std::string(dispatcher_name(info.param)); });
+
+}  // namespace
+}  // namespace moe

@@ -1,0 +1,75 @@
+// The main of the GPU expert-parallel tests, run under mpirun with one process per GPU of one
+// host. Skips (exit 77, which ctest reports as skipped) on every rank unless there are at least
+// two ranks and every rank of a host has its own GPU.
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+
+#include "moe/error.h"
+#include "moe/mpi_communicator.h"
+#include "moe/nccl_communicator.h"
+#include "parallel/cuda/cuda_ep_world.h"
+
+namespace moe::testing {
+namespace {
+
+Communicator* g_host = nullptr;
+Communicator* g_nccl = nullptr;
+constexpr int kSkipped = 77;
+
+}  // namespace
+
+Communicator& host_world() { return *g_host; }
+Communicator& nccl_world() { return *g_nccl; }
+
+}  // namespace moe::testing
+
+int main(int argc, char** argv) {
+  moe::MpiSession session(&argc, &argv);
+  ::testing::InitGoogleTest(&argc, argv);
+  const int me = session.world_rank();
+  int status = 1;
+  try {
+    std::unique_ptr<moe::Communicator> world = moe::make_mpi_communicator();
+    world->set_timeout(std::chrono::seconds(60));
+    int local_index = 0, local_ranks = 0;
+    for (int r = 0; r < world->size(); ++r) {
+      if (!world->same_host(r, me)) continue;
+      if (r < me) ++local_index;
+      ++local_ranks;
+    }
+    const int devices = moe::cuda_device_count();
+    const int mine = world->size() >= 2 && devices >= local_ranks ? 1 : 0;
+    std::vector<int> all(static_cast<size_t>(world->size()));
+    world->all_gather(&mine, sizeof mine, all.data());
+    for (int ok : all) {
+      if (ok) continue;
+      if (me == 0) {
+        std::printf(
+            "SKIP: needs >= 2 ranks, each with its own CUDA device; %d ranks, %d devices "
+            "for %d ranks on rank 0's host\n",
+            world->size(), devices, local_ranks);
+      }
+      return moe::testing::kSkipped;
+    }
+    if (cudaSetDevice(local_index) != cudaSuccess) moe::fail("cudaSetDevice({})", local_index);
+    std::unique_ptr<moe::Communicator> nccl =
+        moe::make_nccl_communicator(*world, {.device = local_index});
+    moe::testing::g_host = world.get();
+    moe::testing::g_nccl = nccl.get();
+    if (me > 0) {
+      ::testing::TestEventListeners& listeners = ::testing::UnitTest::GetInstance()->listeners();
+      delete listeners.Release(listeners.default_result_printer());
+    }
+    const int result = RUN_ALL_TESTS();
+    world->all_gather(&result, sizeof result, all.data());
+    status = 0;
+    for (int s : all) status = std::max(status, s);
+  } catch (const moe::Error& e) {
+    std::fprintf(stderr, "rank %d: %s\n", me, e.what());
+    session.abort(1);
+  }
+  return status;
+}
