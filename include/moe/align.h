@@ -31,7 +31,7 @@ AlignedPairs align_block_size(const TensorView& topk_ids, int64_t num_experts, i
 // expert_ids [>= capacity / block_m] int32, with capacity = max_num_pairs_post_padded(M * k,
 // num_experts, block_m), and num_pairs_post_padded [1] int32; only the first
 // num_pairs_post_padded entries (and blocks) are written. All tensors on one device. On the GPU
-// (up to 8192 experts) every shape, dtype and size is checked before the one launch is queued on
+// (up to 8192 experts) every shape, dtype and size is checked before anything is queued on
 // `cuda_stream` (a cudaStream_t; null is the legacy default stream), and the call returns without
 // synchronizing; device memory is not read on the host, so instead of an error an id outside
 // [0, num_experts) gets no slot and an expert_map entry below -1 counts as not local.

@@ -9,6 +9,7 @@
 
 #ifdef MOE_WITH_CUDA
 #include "kernels/cuda/align_block_size.h"
+#include "ops/cuda_stream_scratch.h"
 #endif
 
 namespace moe {
@@ -150,11 +151,14 @@ void align_block_size(const TensorView& topk_ids, int64_t num_experts, int64_t b
     fail("num_experts: align_block_size on CUDA supports up to {} experts; got {}",
          cuda::kMaxAlignExperts, num_experts);
   }
+  const auto stream = static_cast<cudaStream_t>(cuda_stream);
+  const CudaStreamScratch scratch(cuda::align_scratch_bytes(num_pairs, num_experts), stream,
+                                  "cudaMallocAsync (align scratch)");
   // Map entries pass through as the CPU kernel writes them; only negative ones mean not local.
   cuda::align_block_size({topk_ids.as<const int32_t>(), map, num_pairs, num_experts, kMaxInt32,
                           block_m, sorted_pair_ids.as<int32_t>(), expert_ids.as<int32_t>(),
-                          num_pairs_post_padded.as<int32_t>()},
-                         static_cast<cudaStream_t>(cuda_stream));
+                          num_pairs_post_padded.as<int32_t>(), scratch.as<int32_t>()},
+                         stream);
 #else
   fail(
       "topk_ids: a GPU tensor, but this build has no CUDA backend (configure with "

@@ -31,10 +31,11 @@ std::string why_malformed(const cuda::ExpertsPlan& plan) {
       if (cuda::mma_supports_block_m(plan.block_m)) return {};
       return fmt::format("the mma kernel takes block_m 16, 32, 64 or 128; got {}", plan.block_m);
     case cuda::GemmKernel::kWgmma:
-    case cuda::GemmKernel::kTma:
       if (cuda::wgmma_supports_block_m(plan.block_m)) return {};
-      return fmt::format("the {} kernel takes block_m 64 or 128; got {}", kernel_name(plan.kernel),
-                         plan.block_m);
+      return fmt::format("the wgmma kernel takes block_m 64 or 128; got {}", plan.block_m);
+    case cuda::GemmKernel::kTma:
+      if (cuda::tma_supports_block_m(plan.block_m)) return {};
+      return fmt::format("the tma kernel takes block_m 64, 128 or 256; got {}", plan.block_m);
   }
   return fmt::format("unsupported kernel: {}", static_cast<int>(plan.kernel));
 }

@@ -14,6 +14,7 @@
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/routing.h"
 #include "ops/cublas_handles.h"
+#include "ops/cuda_stream_scratch.h"
 #endif
 
 namespace moe {
@@ -199,24 +200,6 @@ void check_cuda_support(const Job& job) {
   }
 }
 
-// Frees stream-ordered scratch on the stream that used it, also when a later call throws.
-class StreamScratch {
- public:
-  StreamScratch(size_t bytes, cudaStream_t stream) : stream_(stream) {
-    if (bytes > 0) cuda::check(cudaMallocAsync(&data_, bytes, stream), "cudaMallocAsync (logits)");
-  }
-  ~StreamScratch() {
-    if (data_ != nullptr) cudaFreeAsync(data_, stream_);  // nothing to report from a destructor
-  }
-  StreamScratch(const StreamScratch&) = delete;
-  StreamScratch& operator=(const StreamScratch&) = delete;
-  float* floats() const { return static_cast<float*>(data_); }
-
- private:
-  void* data_ = nullptr;
-  cudaStream_t stream_;
-};
-
 // Router GEMM (cuBLAS) into logits scratch that lives on the stream, then the fused select
 // kernel, which adds the router bias. The scratch is stream-ordered, so calls on several streams
 // never share it.
@@ -231,12 +214,13 @@ void run_cuda(const Job& job) {
   if (job.num_tokens == 0) return;
   cuda::SelectArgs args;
   args.logits = job.logits;
-  StreamScratch logits(job.hidden ? job.num_tokens * c.num_experts * sizeof(float) : 0, stream);
+  CudaStreamScratch logits(job.hidden ? job.num_tokens * c.num_experts * sizeof(float) : 0, stream,
+                           "cudaMallocAsync (logits)");
   if (job.hidden) {
     cuda::router_gemm(cublas_handle(stream), job.hidden->data, job.router_weight->data,
                       job.hidden->dtype, job.num_tokens, job.hidden->size(1), c.num_experts,
-                      logits.floats(), stream);
-    args.logits = logits.floats();
+                      logits.as<float>(), stream);
+    args.logits = logits.as<float>();
     args.router_bias = job.router_bias;
   }
   args.correction_bias = job.correction_bias;

@@ -1,5 +1,6 @@
 // The CUDA align_block_size against the CPU kernel: the same layout entry for entry (the GPU
-// kernel is stable too), on random routings with odd sizes, skew, expert maps and bad ids.
+// kernel is stable too), on random routings with odd sizes, skew, expert maps and bad ids, on both
+// the one-block path and the three-launch path (past 8192 pairs or 256 experts).
 #include "kernels/cuda/align_block_size.h"
 
 #include <fmt/format.h>
@@ -48,11 +49,26 @@ class CudaAlign : public testing::GpuTest {};
 
 TEST_F(CudaAlign, MatchesTheCpuLayoutExactly) {
   std::vector<AlignCase> cases = {
-      {0, 8, 128, 16, false, false, 1},   {1, 8, 128, 16, false, false, 2},
-      {1, 1, 1, 1, false, false, 3},      {3, 2, 5, 4, true, false, 4},
-      {64, 8, 128, 16, false, false, 5},  {77, 6, 61, 64, true, true, 6},
-      {513, 8, 256, 128, false, true, 7}, {4096, 8, 128, 64, false, false, 8},
-      {1000, 2, 8, 1, false, false, 9},   {200, 4, 33, 7, true, false, 10}};
+      {0, 8, 128, 16, false, false, 1},
+      {1, 8, 128, 16, false, false, 2},
+      {1, 1, 1, 1, false, false, 3},
+      {3, 2, 5, 4, true, false, 4},
+      {64, 8, 128, 16, false, false, 5},
+      {77, 6, 61, 64, true, true, 6},
+      {513, 8, 256, 128, false, true, 7},
+      {4096, 8, 128, 64, false, false, 8},
+      {1000, 2, 8, 1, false, false, 9},
+      {200, 4, 33, 7, true, false, 10},
+      // Past one thread block (8192 pairs or 256 experts): count, scan and scatter launches.
+      {1024, 8, 256, 64, false, false, 11},
+      {1025, 8, 256, 64, true, false, 12},
+      {200, 8, 257, 4, false, true, 13},
+      {16384, 8, 128, 128, false, false, 14},
+      {4096, 8, 256, 256, true, true, 15},
+      {9000, 1, 1, 128, false, false, 16},
+      {2048, 8, 8192, 16, true, false, 17},
+      {3000, 16, 512, 1, false, true, 18},
+      {16383, 8, 256, 128, false, false, 19}};
   std::mt19937_64 rng(99);
   for (int i = 0; i < 30; ++i) {
     const int64_t E = 1 + rng() % 300;
@@ -74,6 +90,8 @@ TEST_F(CudaAlign, MatchesTheCpuLayoutExactly) {
     auto blocks =
         DeviceTensor::empty_like(DType::kI32, {std::max<int64_t>(capacity / c.block_m, 1)});
     auto total = DeviceTensor::empty_like(DType::kI32, {1});
+    auto scratch = DeviceTensor::empty_like(
+        DType::kI32, {static_cast<int64_t>(cuda::align_scratch_bytes(pairs, c.num_experts) / 4)});
     const int64_t local = c.expert_map ? (c.num_experts - (c.num_experts + 1) / 3) : c.num_experts;
     cuda::AlignArgs args{d_ids.view().as<int32_t>(),
                          c.expert_map ? d_map.view().as<int32_t>() : nullptr,
@@ -83,7 +101,8 @@ TEST_F(CudaAlign, MatchesTheCpuLayoutExactly) {
                          c.block_m,
                          sorted.view().as<int32_t>(),
                          blocks.view().as<int32_t>(),
-                         total.view().as<int32_t>()};
+                         total.view().as<int32_t>(),
+                         scratch.view().as<int32_t>()};
     cuda::align_block_size(args, nullptr);
     const Tensor got_total = total.to_host();
     ASSERT_EQ(got_total.data<int32_t>()[0], expected.num_pairs_post_padded);
@@ -136,9 +155,11 @@ TEST_F(CudaAlign, IdsOutOfRangeGetNoSlotAndLeaveOthersAlone) {
   auto sorted = DeviceTensor::empty_like(DType::kI32, {capacity});
   auto blocks = DeviceTensor::empty_like(DType::kI32, {capacity / 8});
   auto total = DeviceTensor::empty_like(DType::kI32, {1});
+  auto scratch = DeviceTensor::empty_like(
+      DType::kI32, {static_cast<int64_t>(cuda::align_scratch_bytes(200, 16) / 4)});
   cuda::align_block_size(
       {d_ids.view().as<int32_t>(), nullptr, 200, 16, 16, 8, sorted.view().as<int32_t>(),
-       blocks.view().as<int32_t>(), total.view().as<int32_t>()},
+       blocks.view().as<int32_t>(), total.view().as<int32_t>(), scratch.view().as<int32_t>()},
       nullptr);
   const int32_t padded = total.to_host().data<int32_t>()[0];
   const Tensor got = sorted.to_host();

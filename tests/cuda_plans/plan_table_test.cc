@@ -71,7 +71,8 @@ TEST(CudaPlanTable, RejectsPlanNamesNoKernelRuns) {
   expect_error([] { cuda_plans::parse_plan_name("stream/17"); }, {"stream/17", "[1, 16]"});
   expect_error([] { cuda_plans::parse_plan_name("mma/48"); }, {"mma/48", "16, 32, 64 or 128"});
   expect_error([] { cuda_plans::parse_plan_name("wgmma/32"); }, {"wgmma/32", "64 or 128"});
-  expect_error([] { cuda_plans::parse_plan_name("tma/256"); }, {"tma/256", "tma", "64 or 128"});
+  expect_error([] { cuda_plans::parse_plan_name("wgmma/256"); }, {"wgmma/256", "64 or 128"});
+  expect_error([] { cuda_plans::parse_plan_name("tma/512"); }, {"tma/512", "64, 128 or 256"});
 }
 
 TEST(CudaPlanTable, FileNamesFollowVllm) {
@@ -169,7 +170,8 @@ TEST(CudaPlanTable, RejectsBadFilesNamingFileEntryAndProblem) {
       {R"({"4": {"kernel": "stream", "block_m": 17}})", {"entry \"4\"", "[1, 16]; got 17"}},
       {R"({"4": {"kernel": "mma", "block_m": 8}})", {"entry \"4\"", "got 8"}},
       {R"({"4": {"kernel": "wgmma", "block_m": 32}})", {"entry \"4\"", "64 or 128; got 32"}},
-      {R"({"4": {"kernel": "tma", "block_m": 16}})", {"entry \"4\"", "tma", "64 or 128; got 16"}},
+      {R"({"4": {"kernel": "tma", "block_m": 16}})",
+       {"entry \"4\"", "tma", "64, 128 or 256; got 16"}},
       {R"({"4": {"kernel": "tma", "block_m": 1, "tiny_batch": true}})",
        {"entry \"4\"", "tiny-batch"}},
       {R"({"4": {"kernel": "mma", "block_m": 64, "tiny_batch": true}})",

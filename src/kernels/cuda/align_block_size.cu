@@ -1,16 +1,49 @@
-// One thread block per expert. Every block counts all pairs per expert (the ids are a few hundred
-// KB at most and stay in L2), derives its own padded offset from the counts of the experts
-// before it, then writes its pairs in ascending pair order with a block-wide scan of "is mine"
-// flags. Redundant counting buys a single launch with no grid-wide synchronization and a stable,
-// deterministic layout identical to the CPU kernel's.
+// align_block_size on the GPU as a counting sort over segments of the pairs:
+//   count    one warp per segment of consecutive pairs counts its pairs per expert into a row of
+//            `counts` [num_segments, E] (a warp-private row in shared memory, then stored).
+//   scan     one thread block sums the rows per expert, pads each expert to block_m, scans the
+//            experts into offsets, rewrites every count as the position where that segment's
+//            pairs of that expert start, and writes expert_ids, the padding and the total.
+//   scatter  the count warps again, each walking its segment in pair order: lanes of one 32-pair
+//            step that share an expert (match.any) take consecutive slots after the segment's
+//            position for that expert, lower lanes first.
+// The layout is therefore stable (pairs of an expert in ascending pair order) and identical to
+// the CPU kernel's. Small batches run the three phases in one thread block and one launch; large
+// ones in three launches, the scan on one thread block over at most kMaxCounts counts.
+//
+// Tested by tests/cuda/align_block_size_test.cc against the CPU kernel, entry for entry.
+#include <algorithm>
+
 #include "kernels/cuda/align_block_size.h"
 #include "kernels/cuda/check.h"
 
 namespace moe::cuda {
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int kWarps = kThreads / 32;
+constexpr int kWarp = 32;
+constexpr int kScanThreads = 1024;
+constexpr int64_t kMinSegmentPairs = 256;  // a warp's shortest walk: 8 steps of 32 pairs
+constexpr int64_t kMaxSegments = 256;
+constexpr int64_t kMaxCounts = int64_t{1} << 17;  // segments x experts the scan reads twice
+constexpr int kRowInts = 8192;                    // shared ints of count/scatter rows per block
+constexpr int kStepsInFlight = 8;                 // id loads a lane issues before using them
+// One launch does it all while the pairs fit a few steps per warp and every warp gets a row.
+constexpr int64_t kSingleBlockPairs = 8192;
+constexpr int64_t kSingleBlockExperts = kRowInts / (kScanThreads / kWarp);
+
+// Pairs [begin, end) of segment s: equal runs, a multiple of 32 pairs, so the walk of the count
+// and the scatter phases see the same segments.
+struct Segments {
+  int64_t pairs_per_segment;
+  int64_t count;
+};
+
+Segments segments_of(int64_t num_pairs, int64_t num_experts) {
+  const int64_t most = std::clamp<int64_t>(kMaxCounts / num_experts, 1, kMaxSegments);
+  int64_t length = std::max(kMinSegmentPairs, (num_pairs + most - 1) / most);
+  length = (length + kWarp - 1) / kWarp * kWarp;
+  return {length, std::max<int64_t>(1, (num_pairs + length - 1) / length)};
+}
 
 __device__ int32_t local_expert(const AlignArgs& a, int32_t expert) {
   if (a.expert_map == nullptr) return expert;
@@ -18,75 +51,194 @@ __device__ int32_t local_expert(const AlignArgs& a, int32_t expert) {
   return (local >= 0 && local < a.num_local_experts) ? local : -1;
 }
 
-// Sum of `value` over the block; every thread gets the total.
-__device__ int64_t block_sum(int64_t value, int64_t* scratch) {
-  for (int offset = 16; offset > 0; offset /= 2)
-    value += __shfl_xor_sync(0xffffffff, value, offset);
-  const int warp = threadIdx.x / 32;
-  __syncthreads();
-  if (threadIdx.x % 32 == 0) scratch[warp] = value;
-  __syncthreads();
-  int64_t total = 0;
-  for (int w = 0; w < kWarps; ++w) total += scratch[w];
-  return total;
+// The expert of pair p, or -1 past the end and for ids outside [0, E) (no slot).
+__device__ __forceinline__ int32_t expert_of(const AlignArgs& a, int64_t p, int64_t end) {
+  if (p >= end) return -1;
+  const int32_t id = a.topk_ids[p];
+  return id >= 0 && id < a.num_experts ? id : -1;
 }
 
-__global__ void __launch_bounds__(kThreads) align_kernel(AlignArgs a) {
-  extern __shared__ int32_t counts[];  // [num_experts]
-  __shared__ int64_t scratch[kWarps];
-  __shared__ int32_t warp_totals[kWarps];
-  const int32_t expert = blockIdx.x;
-  const int64_t num_experts = a.num_experts;
-  const int64_t block_m = a.block_m;
-
-  for (int64_t e = threadIdx.x; e < num_experts; e += kThreads) counts[e] = 0;
-  __syncthreads();
-  for (int64_t p = threadIdx.x; p < a.num_pairs; p += kThreads) {
-    const int32_t id = a.topk_ids[p];
-    if (id >= 0 && id < num_experts) atomicAdd(&counts[id], 1);
-  }
-  __syncthreads();
-
-  int64_t before = 0, all = 0;
-  for (int64_t e = threadIdx.x; e < num_experts; e += kThreads) {
-    const int64_t padded = (counts[e] + block_m - 1) / block_m * block_m;
-    all += padded;
-    if (e < expert) before += padded;
-  }
-  const int64_t offset = block_sum(before, scratch);
-  const int64_t total = block_sum(all, scratch);
-  if (expert == 0 && threadIdx.x == 0) *a.num_pairs_post_padded = static_cast<int32_t>(total);
-
-  const int64_t count = counts[expert];
-  const int64_t padded = (count + block_m - 1) / block_m * block_m;
-  const int32_t local = local_expert(a, expert);
-  for (int64_t b = threadIdx.x; b < padded / block_m; b += kThreads) {
-    a.expert_ids[offset / block_m + b] = local;
-  }
-  for (int64_t i = count + threadIdx.x; i < padded; i += kThreads) {
-    a.sorted_pair_ids[offset + i] = static_cast<int32_t>(a.num_pairs);
-  }
-
-  // Stable scatter: chunk by chunk, each pair of this expert goes to offset + (number of this
-  // expert's pairs before it). Stops once all `count` pairs are placed.
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  int64_t placed = 0;
-  for (int64_t start = 0; start < a.num_pairs && placed < count; start += kThreads) {
-    const int64_t p = start + threadIdx.x;
-    const bool mine = p < a.num_pairs && a.topk_ids[p] == expert;
-    const uint32_t ballot = __ballot_sync(0xffffffff, mine);
-    if (lane == 0) warp_totals[warp] = __popc(ballot);
-    __syncthreads();
-    int64_t rank = placed + __popc(ballot & ((1u << lane) - 1));
-    int64_t chunk_total = 0;
-    for (int w = 0; w < kWarps; ++w) {
-      if (w < warp) rank += warp_totals[w];
-      chunk_total += warp_totals[w];
+// Calls step(experts, first_pair) for segment s in order, 32 pairs at a time (lane i holds the
+// expert of pair first_pair + i), the ids of kStepsInFlight steps loaded at once.
+template <typename Step>
+__device__ __forceinline__ void walk_segment(const AlignArgs& a, Segments seg, int64_t s,
+                                             Step&& step) {
+  const int lane = threadIdx.x % kWarp;
+  const int64_t begin = s * seg.pairs_per_segment;
+  const int64_t end = std::min(a.num_pairs, begin + seg.pairs_per_segment);
+  for (int64_t first = begin; first < end; first += kWarp * kStepsInFlight) {
+    int32_t experts[kStepsInFlight];
+#pragma unroll
+    for (int i = 0; i < kStepsInFlight; ++i) {
+      experts[i] = expert_of(a, first + i * kWarp + lane, end);
     }
-    if (mine) a.sorted_pair_ids[offset + rank] = static_cast<int32_t>(p);
-    placed += chunk_total;
-    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < kStepsInFlight; ++i) step(experts[i], first + i * kWarp);
   }
+}
+
+// ---- count: row s of `counts` = pairs of segment s per expert ----
+__device__ void count_segment(const AlignArgs& a, Segments seg, int64_t s, int32_t* row) {
+  const int lane = threadIdx.x % kWarp;
+  for (int64_t e = lane; e < a.num_experts; e += kWarp) row[e] = 0;
+  __syncwarp();
+  walk_segment(a, seg, s, [&](int32_t expert, int64_t) {
+    if (expert >= 0) atomicAdd(&row[expert], 1);
+  });
+  __syncwarp();
+  int32_t* counts = a.scratch + s * a.num_experts;
+  for (int64_t e = lane; e < a.num_experts; e += kWarp) counts[e] = row[e];
+  __syncwarp();
+}
+
+// ---- scatter: each pair of segment s to its expert's next slot of this segment ----
+__device__ void scatter_segment(const AlignArgs& a, Segments seg, int64_t s, int32_t* row) {
+  const int lane = threadIdx.x % kWarp;
+  const int32_t* starts = a.scratch + s * a.num_experts;
+  for (int64_t e = lane; e < a.num_experts; e += kWarp) row[e] = starts[e];
+  __syncwarp();
+  const uint32_t lanes_below = (1u << lane) - 1;
+  walk_segment(a, seg, s, [&](int32_t expert, int64_t first_pair) {
+    // NOTE: every lane takes part in the match (pairs without a slot as -1), so the mask is full.
+    const uint32_t peers = __match_any_sync(0xffffffff, expert);
+    if (expert >= 0) {
+      a.sorted_pair_ids[row[expert] + __popc(peers & lanes_below)] =
+          static_cast<int32_t>(first_pair + lane);
+    }
+    __syncwarp();  // every peer has read row[expert] before the lowest one moves it on
+    if (expert >= 0 && (peers & lanes_below) == 0) row[expert] += __popc(peers);
+    __syncwarp();
+  });
+}
+
+// ---- scan: offsets per expert, start positions per (segment, expert), expert_ids, padding ----
+// `shared`: offsets [E + 1], counts [E], slice sums [groups, E] (groups = max(1, threads / E)).
+__device__ void scan_counts(const AlignArgs& a, Segments seg, int32_t* shared) {
+  const int64_t E = a.num_experts, block_m = a.block_m;
+  const int threads = blockDim.x, t = threadIdx.x;
+  int32_t* offsets = shared;          // [E + 1]
+  int32_t* counts = offsets + E + 1;  // [E]
+  int32_t* slice_sums = counts + E;   // [groups, E]
+  // Thread (group g, expert e) owns the segments of slice g; experts past the threads loop.
+  const int64_t groups = std::max<int64_t>(1, threads / E);
+  const int64_t per_slice = (seg.count + groups - 1) / groups;
+  for (int64_t i = t; i < groups * E; i += threads) {
+    const int64_t g = i / E, e = i % E;
+    const int64_t end = std::min(seg.count, (g + 1) * per_slice);
+    int32_t sum = 0;
+#pragma unroll 8
+    for (int64_t s = g * per_slice; s < end; ++s) sum += a.scratch[s * E + e];
+    slice_sums[i] = sum;
+  }
+  __syncthreads();
+  for (int64_t e = t; e < E; e += threads) {
+    int32_t sum = 0;
+    for (int64_t g = 0; g < groups; ++g) sum += slice_sums[g * E + e];
+    counts[e] = sum;
+  }
+  __syncthreads();
+
+  // Exclusive scan of the padded counts: each thread a run of experts, then a scan of the runs.
+  __shared__ int32_t warp_sums[kScanThreads / kWarp];
+  const int64_t run = (E + threads - 1) / threads;
+  const int64_t run_begin = std::min(E, t * run), run_end = std::min(E, run_begin + run);
+  int32_t run_sum = 0;
+  for (int64_t e = run_begin; e < run_end; ++e) {
+    run_sum += static_cast<int32_t>((counts[e] + block_m - 1) / block_m * block_m);
+  }
+  const int lane = t % kWarp, warp = t / kWarp;
+  int32_t inclusive = run_sum;
+  for (int offset = 1; offset < kWarp; offset *= 2) {
+    const int32_t below = __shfl_up_sync(0xffffffff, inclusive, offset);
+    if (lane >= offset) inclusive += below;
+  }
+  if (lane == kWarp - 1) warp_sums[warp] = inclusive;
+  __syncthreads();
+  int32_t before = inclusive - run_sum;
+  for (int w = 0; w < warp; ++w) before += warp_sums[w];
+  for (int64_t e = run_begin; e < run_end; ++e) {
+    offsets[e] = before;
+    before += static_cast<int32_t>((counts[e] + block_m - 1) / block_m * block_m);
+  }
+  if (t == threads - 1) {
+    offsets[E] = before;
+    *a.num_pairs_post_padded = before;
+  }
+  __syncthreads();
+
+  // Counts become start positions: expert offset + pairs of that expert in earlier segments.
+  for (int64_t i = t; i < groups * E; i += threads) {
+    const int64_t g = i / E, e = i % E;
+    int32_t position = offsets[e];
+    for (int64_t h = 0; h < g; ++h) position += slice_sums[h * E + e];
+    const int64_t end = std::min(seg.count, (g + 1) * per_slice);
+#pragma unroll 8
+    for (int64_t s = g * per_slice; s < end; ++s) {
+      const int32_t count = a.scratch[s * E + e];
+      a.scratch[s * E + e] = position;
+      position += count;
+    }
+  }
+
+  // Block b belongs to the last expert whose offset is at most b * block_m; the padding of an
+  // expert, pair id num_pairs, fills the end of its last block.
+  const int64_t num_blocks = offsets[E] / block_m;
+  for (int64_t b = t; b < num_blocks; b += threads) {
+    int64_t low = 0, high = E;  // offsets[low] <= b * block_m < offsets[high]
+    while (high - low > 1) {
+      const int64_t middle = (low + high) / 2;
+      (offsets[middle] <= b * block_m ? low : high) = middle;
+    }
+    a.expert_ids[b] = local_expert(a, static_cast<int32_t>(low));
+    if (offsets[low + 1] == (b + 1) * block_m) {
+      for (int64_t i = offsets[low] + counts[low]; i < (b + 1) * block_m; ++i) {
+        a.sorted_pair_ids[i] = static_cast<int32_t>(a.num_pairs);
+      }
+    }
+  }
+}
+
+size_t scan_shared_bytes(int64_t num_experts, int threads) {
+  const int64_t groups = std::max<int64_t>(1, threads / num_experts);
+  return static_cast<size_t>(2 * num_experts + 1 + groups * num_experts) * sizeof(int32_t);
+}
+
+// Warps of a count or scatter block: each needs a row of E ints in shared memory.
+int rows_per_block(int64_t num_experts) {
+  return static_cast<int>(std::clamp<int64_t>(kRowInts / num_experts, 1, 8));
+}
+
+__global__ void count_kernel(AlignArgs a, Segments seg) {
+  extern __shared__ int32_t rows[];  // [warps, E]
+  const int warp = threadIdx.x / kWarp;
+  const int64_t s = static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarp) + warp;
+  if (s < seg.count) count_segment(a, seg, s, rows + warp * a.num_experts);
+}
+
+__global__ void __launch_bounds__(kScanThreads) scan_kernel(AlignArgs a, Segments seg) {
+  extern __shared__ int32_t shared[];
+  scan_counts(a, seg, shared);
+}
+
+__global__ void scatter_kernel(AlignArgs a, Segments seg) {
+  extern __shared__ int32_t rows[];  // [warps, E]
+  const int warp = threadIdx.x / kWarp;
+  const int64_t s = static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarp) + warp;
+  if (s < seg.count) scatter_segment(a, seg, s, rows + warp * a.num_experts);
+}
+
+// All three phases in one thread block. Global writes of one phase are visible to the block's
+// threads after __syncthreads.
+__global__ void __launch_bounds__(kScanThreads) single_block_kernel(AlignArgs a, Segments seg) {
+  extern __shared__ int32_t shared[];
+  const int warp = threadIdx.x / kWarp;
+  const int warps = blockDim.x / kWarp;
+  int32_t* row = shared + warp * a.num_experts;  // [warps, E], then the scan's arrays
+  for (int64_t s = warp; s < seg.count; s += warps) count_segment(a, seg, s, row);
+  __syncthreads();
+  scan_counts(a, seg, shared + warps * a.num_experts);
+  __syncthreads();
+  for (int64_t s = warp; s < seg.count; s += warps) scatter_segment(a, seg, s, row);
 }
 
 __global__ void tiny_kernel(AlignArgs a) {
@@ -98,19 +250,56 @@ __global__ void tiny_kernel(AlignArgs a) {
   a.expert_ids[p] = (id >= 0 && id < a.num_experts) ? local_expert(a, id) : -1;
 }
 
-}  // namespace
-
-void align_block_size(const AlignArgs& args, cudaStream_t stream) {
-  const size_t shared_bytes = static_cast<size_t>(args.num_experts) * sizeof(int32_t);
-  static const bool attribute_set = [] {
-    check(cudaFuncSetAttribute(align_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               kMaxAlignExperts * sizeof(int32_t)),
-          "cudaFuncSetAttribute(align_kernel)");
+// Raises kKernel's dynamic shared-memory limit to what the most experts need, on its first launch
+// only (a kernel attribute, so one static per kernel).
+template <auto kKernel>
+void allow_shared(size_t bytes, const char* name) {
+  static const bool allowed = [bytes, name] {
+    check(cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               static_cast<int>(bytes)),
+          name);
     return true;
   }();
-  (void)attribute_set;
-  align_kernel<<<static_cast<unsigned>(args.num_experts), kThreads, shared_bytes, stream>>>(args);
-  check_launch("align_block_size");
+  (void)allowed;
+}
+
+}  // namespace
+
+// An upper bound of the segments of any batch up to num_pairs (the count itself is not monotonic
+// in num_pairs), so a workspace reserved for a long batch also serves a shorter last chunk.
+size_t align_scratch_bytes(int64_t num_pairs, int64_t num_experts) {
+  if (num_experts <= 0) return 0;
+  const int64_t most = std::clamp<int64_t>(kMaxCounts / num_experts, 1, kMaxSegments);
+  const int64_t segments =
+      std::clamp<int64_t>((num_pairs + kMinSegmentPairs - 1) / kMinSegmentPairs, 1, most);
+  return static_cast<size_t>(segments * num_experts) * sizeof(int32_t);
+}
+
+void align_block_size(const AlignArgs& args, cudaStream_t stream) {
+  const Segments seg = segments_of(args.num_pairs, args.num_experts);
+  const int64_t E = args.num_experts;
+  if (args.num_pairs <= kSingleBlockPairs && E <= kSingleBlockExperts) {
+    const size_t bytes = static_cast<size_t>(kScanThreads / kWarp * E) * sizeof(int32_t) +
+                         scan_shared_bytes(E, kScanThreads);
+    allow_shared<single_block_kernel>(static_cast<size_t>(kRowInts) * sizeof(int32_t) +
+                                          scan_shared_bytes(kSingleBlockExperts, kScanThreads),
+                                      "cudaFuncSetAttribute(align single_block_kernel)");
+    single_block_kernel<<<1, kScanThreads, bytes, stream>>>(args, seg);
+    check_launch("align_block_size");
+    return;
+  }
+  const int rows = rows_per_block(E);
+  const auto blocks = static_cast<unsigned>((seg.count + rows - 1) / rows);
+  const size_t row_bytes = static_cast<size_t>(rows * E) * sizeof(int32_t);
+  count_kernel<<<blocks, rows * kWarp, row_bytes, stream>>>(args, seg);
+  check_launch("align_block_size (count)");
+  const size_t scan_bytes = scan_shared_bytes(E, kScanThreads);
+  allow_shared<scan_kernel>(scan_shared_bytes(kMaxAlignExperts, kScanThreads),
+                            "cudaFuncSetAttribute(align scan_kernel)");
+  scan_kernel<<<1, kScanThreads, scan_bytes, stream>>>(args, seg);
+  check_launch("align_block_size (scan)");
+  scatter_kernel<<<blocks, rows * kWarp, row_bytes, stream>>>(args, seg);
+  check_launch("align_block_size (scatter)");
 }
 
 void align_tiny_batch(const AlignArgs& args, cudaStream_t stream) {

@@ -4,6 +4,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
 #include <cstdint>
 
 namespace moe::cuda {
@@ -18,10 +19,16 @@ struct AlignArgs {
   int32_t* sorted_pair_ids = nullptr;        // [max_num_pairs_post_padded]
   int32_t* expert_ids = nullptr;             // [max_num_pairs_post_padded / block_m]
   int32_t* num_pairs_post_padded = nullptr;  // [1]
+  int32_t* scratch = nullptr;  // [align_scratch_bytes / 4]: per-segment counts (not tiny batch)
 };
 
+// Device scratch align_block_size needs for num_pairs pairs over num_experts experts: at most
+// 512 KiB, whatever the sizes.
+size_t align_scratch_bytes(int64_t num_pairs, int64_t num_experts);
+
 // The sorted layout: pair ids grouped by expert, ascending inside each group (stable), each group
-// padded to a multiple of block_m. One thread block per expert; no host synchronization.
+// padded to a multiple of block_m. A counting sort over segments of the pairs: one launch for up to
+// 8192 pairs and 256 experts, three beyond; no host synchronization.
 void align_block_size(const AlignArgs& args, cudaStream_t stream);
 
 // The tiny-batch layout (block_m must be 1): pair i alone in block i, no sort.

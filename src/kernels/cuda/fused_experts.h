@@ -48,7 +48,8 @@ class ExpertsRunner {
   size_t workspace_bytes() const;
 
  private:
-  DeviceBuffer sorted_pair_ids_, expert_ids_, num_pairs_post_padded_, cache2_, cache3_;
+  DeviceBuffer sorted_pair_ids_, expert_ids_, num_pairs_post_padded_, align_scratch_, cache2_,
+      cache3_;
 };
 
 }  // namespace moe::cuda

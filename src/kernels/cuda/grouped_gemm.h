@@ -55,7 +55,9 @@ bool mma_supports_block_m(int64_t block_m);  // 16, 32, 64 or 128
 // Whether the current device runs the wgmma kernel (compute capability 9.0, sm_90a code); its
 // block_m is 64 (one warpgroup) or 128 (two).
 bool wgmma_available();
-bool wgmma_supports_block_m(int64_t block_m);  // also the tma kernel's (64 or 128)
+bool wgmma_supports_block_m(int64_t block_m);  // 64 or 128
+// The tma kernel's: 64 or 128 rows per thread block, or 256 as a pair of 128-row thread blocks.
+bool tma_supports_block_m(int64_t block_m);
 
 // The tensor-core kernels need 16-byte aligned rows: K % 8 == 0 and aligned base pointers.
 bool mma_supports(const GroupedGemmArgs& args);

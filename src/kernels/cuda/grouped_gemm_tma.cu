@@ -13,6 +13,13 @@
 //              retired. After the last stage of a tile they apply the fused epilogue (gemm1:
 //              SiLU(gate) * up; gemm2: times the router weight) and store bf16 rows in pair order,
 //              while the producer already fills the next tile's stages.
+// Pairs of thread blocks (plan block_m 256): a cluster of two thread blocks takes one aligned
+// block of 256 rows, 128 each, and the same weight tile. Each loads half of the stage's weight
+// boxes and multicasts them to both (cp.async.bulk.tensor .multicast::cluster), so the weights
+// cross from L2 once per 256 rows instead of once per 128: a third less L2 traffic per flop, which
+// is what bounds the 128-row kernel at long K. A stage is refilled only once the consumers of
+// both thread blocks freed it (each consumer warp arrives on both `empty` barriers). The cost is
+// padding: experts are padded to 256 rows.
 // Tiles: block_m 128: each consumer warpgroup takes 64 of the rows and all 256 weight rows
 // (m64n256k16); block_m 64: both take the 64 rows and 128 of the weight rows (m64n128k16). gemm1's
 // weight rows are, per consumer warpgroup, gate rows then the matching up rows, so each thread
@@ -124,6 +131,45 @@ __device__ __forceinline__ void load_weight_box(uint32_t shared, const CUtensorM
       : "memory");
 }
 
+// As load_weight_box, into the same shared offset of every thread block in `cta_mask` of the
+// cluster; each destination's barrier at `barrier` gets the bytes that landed there.
+__device__ __forceinline__ void multicast_weight_box(uint32_t shared, const CUtensorMap* map, int k,
+                                                     int row, int expert, uint32_t barrier,
+                                                     uint16_t cta_mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      ".multicast::cluster [%0], [%1, {%2, %3, %4}], [%5], %6;\n" ::"r"(shared),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(k), "r"(row), "r"(expert), "r"(barrier),
+      "h"(cta_mask)
+      : "memory");
+}
+
+__device__ __forceinline__ uint32_t cluster_rank() {
+  uint32_t rank;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
+  return rank;
+}
+
+// One arrival on the barrier at local offset `barrier` of thread block `rank` of the cluster.
+__device__ __forceinline__ void barrier_arrive_in(uint32_t barrier, uint32_t rank) {
+  asm volatile(
+      "{\n"
+      ".reg .b32 remote;\n"
+      "mapa.shared::cluster.u32 remote, %0, %1;\n"
+      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n"
+      "}\n" ::"r"(barrier),
+      "r"(rank)
+      : "memory");
+}
+
+// Every thread of both thread blocks of the cluster: release what came before, acquire theirs.
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile(
+      "barrier.cluster.arrive.release;\n"
+      "barrier.cluster.wait.acquire;\n" ::
+          : "memory");
+}
+
 template <int kRegisters>
 __device__ __forceinline__ void shrink_registers() {
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
@@ -135,16 +181,17 @@ __device__ __forceinline__ void grow_registers() {
 
 // Calls body(block, expert, first_column) for this thread block's tiles in order. Both sides run
 // it and so see the same sequence: tiles of blocks past num_pairs_post_padded end the walk, tiles
-// of blocks whose expert is not local are skipped.
-template <int kBlockM, typename Body>
+// of blocks whose expert is not local are skipped. The thread blocks of a cluster (consecutive in
+// x) walk the same tiles: aligned blocks of kAlignedRows rows.
+template <int kAlignedRows, int kCluster, typename Body>
 __device__ __forceinline__ void for_each_tile(const GroupedGemmArgs& a, int64_t columns_per_tile,
                                               Body&& body) {
   const int64_t num_padded = *a.num_pairs_post_padded;
   const int64_t column_tiles = (a.out_columns + columns_per_tile - 1) / columns_per_tile;
   const int64_t num_tiles = a.max_blocks * column_tiles;
-  for (int64_t tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
+  for (int64_t tile = blockIdx.x / kCluster; tile < num_tiles; tile += gridDim.x / kCluster) {
     const int64_t block = tile / column_tiles;
-    if (block * kBlockM >= num_padded) return;
+    if (block * kAlignedRows >= num_padded) return;
     const int32_t expert = a.expert_ids[block];
     if (expert < 0 || expert >= a.num_local_experts) continue;
     body(block, expert, (tile % column_tiles) * columns_per_tile);
@@ -152,12 +199,17 @@ __device__ __forceinline__ void for_each_tile(const GroupedGemmArgs& a, int64_t 
 }
 #endif
 
-template <int kBlockM, bool kGated>
+// kCluster 2: the pair of thread blocks described above (kBlockM 128 each, aligned blocks of 256).
+template <int kBlockM, bool kGated, int kCluster>
 __global__ void __launch_bounds__(kThreads, 1)
     tma_kernel(const __grid_constant__ CUtensorMap weight_map, GroupedGemmArgs a) {
 #ifdef MOE_HAS_WGMMA
   using Tile = TmaTile<kBlockM>;
+  static_assert(kCluster == 1 || (kCluster == 2 && kBlockM == 128), "pairs of 128-row halves");
   constexpr int kStages = Tile::kStages;
+  constexpr int kAlignedRows = kBlockM * kCluster;
+  // This thread block's rows within the aligned block.
+  const int64_t rows_before = kCluster == 1 ? 0 : int64_t{kBlockM} * cluster_rank();
   constexpr int64_t kColumnsPerTile = kGated ? kTileN / 2 : kTileN;
   extern __shared__ unsigned char shared_raw[];
   __shared__ __align__(8) uint64_t full[kStages];   // stage landed: A copies and B bytes
@@ -172,14 +224,20 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int s = 0; s < kStages; ++s) {
       // Every producer thread's cp.async arrival, plus the arrival carrying the TMA bytes.
       barrier_init(full_barrier(s), kProducerThreads + 1);
-      barrier_init(empty_barrier(s), kConsumerWarps);
+      barrier_init(empty_barrier(s), kConsumerWarps * kCluster);  // both blocks' consumers
     }
     // The barriers are written through the generic proxy; TMA completes them through the async
     // proxy.
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     fence_proxy_async_shared();
   }
-  __syncthreads();
+  // NOTE: a pair's multicasts and arrivals reach the other block's barriers, so both must have
+  // initialized theirs first; at the end neither may exit while the other can still reach it.
+  if constexpr (kCluster == 1) {
+    __syncthreads();
+  } else {
+    cluster_sync();
+  }
 
   const int64_t K = a.k_dim, columns = a.out_columns;
   const int k_tiles = static_cast<int>((K + kTileK - 1) / kTileK);
@@ -196,12 +254,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     const auto* input = static_cast<const __nv_bfloat16*>(a.input);
     // Eight threads per row, one 16-byte chunk each: a warp copies four whole 128-byte rows.
     const int chunk = t % 8;
-    for_each_tile<kBlockM>(
+    for_each_tile<kAlignedRows, kCluster>(
         a, kColumnsPerTile, [&](int64_t block, int32_t expert, int64_t first_column) {
           int32_t source_row[Tile::kRowsPerProducer];  // input row of tile row t / 8 + 16 i, or -1
 #pragma unroll
           for (int i = 0; i < Tile::kRowsPerProducer; ++i) {
-            const int64_t pair = a.sorted_pair_ids[block * kBlockM + t / 8 + 16 * i];
+            const int64_t pair =
+                a.sorted_pair_ids[block * kAlignedRows + rows_before + t / 8 + 16 * i];
             source_row[i] =
                 pair >= 0 && pair < a.num_pairs ? static_cast<int32_t>(pair / a.row_divisor) : -1;
           }
@@ -214,8 +273,11 @@ __global__ void __launch_bounds__(kThreads, 1)
             const int k0 = kt * kTileK;
             if (t == 0) {
               barrier_arrive_expect_bytes(full_barrier(ring.stage), Tile::kBBytes);
+              // A pair: this block loads boxes [rank * 2, rank * 2 + 2) for both blocks.
+              constexpr int kBoxes = kTileN / kBoxRows / kCluster;
+              const int first_box = kCluster == 1 ? 0 : kBoxes * static_cast<int>(cluster_rank());
 #pragma unroll
-              for (int box = 0; box < kTileN / kBoxRows; ++box) {
+              for (int box = first_box; box < first_box + kBoxes; ++box) {
                 // Tile row j = box * 64 of consumer warpgroup j / kWarpGroupN; gated: its first
                 // half are gate rows (row = column), its second half the matching up rows (I +
                 // column).
@@ -227,8 +289,14 @@ __global__ void __launch_bounds__(kThreads, 1)
                   row = first_column + (j / Tile::kWarpGroupN) * kHalf + within % kHalf +
                         (within >= kHalf ? columns : 0);
                 }
-                load_weight_box(b_stage + j * kRowBytes, &weight_map, k0, static_cast<int>(row),
-                                expert, full_barrier(ring.stage));
+                if constexpr (kCluster == 1) {
+                  load_weight_box(b_stage + j * kRowBytes, &weight_map, k0, static_cast<int>(row),
+                                  expert, full_barrier(ring.stage));
+                } else {
+                  multicast_weight_box(b_stage + j * kRowBytes, &weight_map, k0,
+                                       static_cast<int>(row), expert, full_barrier(ring.stage),
+                                       (1u << kCluster) - 1);
+                }
               }
             }
 #pragma unroll
@@ -242,6 +310,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             barrier_arrive_after_copies(full_barrier(ring.stage));
           }
         });
+    if constexpr (kCluster > 1) cluster_sync();
     return;
   }
 
@@ -261,14 +330,29 @@ __global__ void __launch_bounds__(kThreads, 1)
   const bool paired_stores = columns % 2 == 0;
   float acc[Tile::kWarpGroupN / 2];
 
-  for_each_tile<kBlockM>(
+  // Frees a stage: one arrival per consumer warp on the `empty` barrier of every block of the
+  // cluster (their producers multicast into this block's copy of the stage too).
+  auto free_stage = [&](int stage) {
+    if (lane != 0) return;
+    if constexpr (kCluster == 1) {
+      barrier_arrive(empty_barrier(stage));
+    } else {
+#pragma unroll
+      for (uint32_t rank = 0; rank < kCluster; ++rank) {
+        barrier_arrive_in(empty_barrier(stage), rank);
+      }
+    }
+  };
+
+  for_each_tile<kAlignedRows, kCluster>(
       a, kColumnsPerTile, [&](int64_t block, int32_t /*expert*/, int64_t first_column) {
         // The epilogue's rows, read now so the loads hide behind the mainloop.
         int32_t pair[2];
         float scale[2];
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
-          const int32_t p = a.sorted_pair_ids[block * kBlockM + first_row + half * 8];
+          const int32_t p =
+              a.sorted_pair_ids[block * kAlignedRows + rows_before + first_row + half * 8];
           pair[half] = p >= 0 && p < a.num_pairs ? p : -1;
           scale[half] =
               (!kGated && a.topk_weights != nullptr && pair[half] >= 0) ? a.topk_weights[p] : 1.0f;
@@ -298,11 +382,11 @@ __global__ void __launch_bounds__(kThreads, 1)
           wgmma_commit();
           // The group of the previous stage has retired once at most this one is running: free it.
           wgmma_wait<1>();
-          if (kt > 0 && lane == 0) barrier_arrive(empty_barrier(previous_stage));
+          if (kt > 0) free_stage(previous_stage);
           previous_stage = ring.stage;
         }
         wgmma_wait<0>();
-        if (lane == 0) barrier_arrive(empty_barrier(previous_stage));
+        free_stage(previous_stage);
 
         constexpr int kOutChunks = kWarpGroupColumns / 8;
 #pragma unroll
@@ -326,6 +410,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           }
         }
       });
+  if constexpr (kCluster > 1) cluster_sync();
 #endif
 }
 
@@ -370,10 +455,11 @@ CUtensorMap weight_tensor_map(const GroupedGemmArgs& a) {
   return map;
 }
 
-template <int kBlockM, bool kGated>
+// kCluster 2 launches clusters of two thread blocks, as many pairs as the GPU holds at once.
+template <int kBlockM, bool kGated, int kCluster>
 void launch(const GroupedGemmArgs& args, cudaStream_t stream) {
   using Tile = TmaTile<kBlockM>;
-  constexpr auto kernel = tma_kernel<kBlockM, kGated>;
+  constexpr auto kernel = tma_kernel<kBlockM, kGated, kCluster>;
   allow_shared_bytes<kernel>(Tile::kSharedBytes, "cudaFuncSetAttribute(tma_kernel)");
   int device = 0, multiprocessors = 0;
   check(cudaGetDevice(&device), "cudaGetDevice");
@@ -382,19 +468,48 @@ void launch(const GroupedGemmArgs& args, cudaStream_t stream) {
   const int64_t columns_per_tile = kGated ? kTileN / 2 : kTileN;
   const int64_t tiles =
       args.max_blocks * ((args.out_columns + columns_per_tile - 1) / columns_per_tile);
-  const auto grid = static_cast<unsigned>(std::min<int64_t>(tiles, multiprocessors));
-  kernel<<<grid, kThreads, Tile::kSharedBytes, stream>>>(weight_tensor_map(args), args);
+
+  cudaLaunchConfig_t config = {};
+  cudaLaunchAttribute cluster = {};
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = kCluster;
+  cluster.val.clusterDim.y = 1;
+  cluster.val.clusterDim.z = 1;
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = Tile::kSharedBytes;
+  config.stream = stream;
+  config.attrs = &cluster;
+  config.numAttrs = kCluster > 1 ? 1 : 0;
+  int64_t clusters = multiprocessors / kCluster;
+  if constexpr (kCluster > 1) {
+    // Not every multiprocessor can pair up (odd counts per GPC), so ask how many clusters fit.
+    config.gridDim = dim3(static_cast<unsigned>(clusters * kCluster));
+    int active = 0;
+    check(cudaOccupancyMaxActiveClusters(&active, kernel, &config),
+          "cudaOccupancyMaxActiveClusters(tma_kernel)");
+    if (active > 0) clusters = active;
+  }
+  clusters = std::max<int64_t>(1, std::min(tiles, clusters));
+  config.gridDim = dim3(static_cast<unsigned>(clusters * kCluster));
+  check(cudaLaunchKernelEx(&config, kernel, weight_tensor_map(args), args),
+        "cudaLaunchKernelEx(tma_kernel)");
 }
 
 }  // namespace
 
 void tma_grouped_gemm(bool gated, const GroupedGemmArgs& args, cudaStream_t stream) {
   // 128 rows: half the input traffic per flop; 64 rows, for experts with fewer pairs: less padding
-  // computed.
-  if (args.block_m == 128) {
-    gated ? launch<128, true>(args, stream) : launch<128, false>(args, stream);
-  } else {
-    gated ? launch<64, true>(args, stream) : launch<64, false>(args, stream);
+  // computed; 256 rows as a pair of 128-row blocks: a third less L2 traffic, more padding.
+  switch (args.block_m) {
+    case 64:
+      gated ? launch<64, true, 1>(args, stream) : launch<64, false, 1>(args, stream);
+      break;
+    case 128:
+      gated ? launch<128, true, 1>(args, stream) : launch<128, false, 1>(args, stream);
+      break;
+    default:
+      gated ? launch<128, true, 2>(args, stream) : launch<128, false, 2>(args, stream);
+      break;
   }
   check_launch("grouped_gemm (tma)");
 }
