@@ -30,7 +30,10 @@ struct Epilogues {
 };
 
 std::vector<Epilogues> every_build() {
-  std::vector<Epilogues> builds = {{"this file", &cpu::silu_rows, &cpu::scale_rows}};
+  // This file's builds at every width an includer uses.
+  std::vector<Epilogues> builds = {{"4 lanes", &cpu::silu_rows<4>, &cpu::scale_rows<4>},
+                                   {"8 lanes", &cpu::silu_rows<8>, &cpu::scale_rows<8>},
+                                   {"16 lanes", &cpu::silu_rows<16>, &cpu::scale_rows<16>}};
   for (const KernelSet& set : runnable_kernel_sets(DType::kBF16)) {
     if (set.kernels.silu_rows) {
       builds.push_back({set.name, set.kernels.silu_rows, set.kernels.scale_rows});
@@ -161,8 +164,22 @@ TEST(EpilogueRows, ScaleIsExactAndWritesOnlyItsRows) {
   }
 }
 
+// Rounds `values` (16) kLanes at a time, as the epilogue of that width does.
+template <int kLanes>
+void check_rounding(const std::vector<float>& values) {
+  for (size_t i = 0; i < values.size(); i += kLanes) {
+    typename cpu::Lanes<kLanes>::Floats v;
+    std::memcpy(&v, values.data() + i, sizeof v);
+    uint16_t halves[kLanes];
+    cpu::round_to_bf16<kLanes>(v, halves);
+    for (int lane = 0; lane < kLanes; ++lane) {
+      EXPECT_EQ(halves[lane], to_bf16(values[i + lane]).bits)
+          << kLanes << " lanes, value bits " << std::hex << f32_bits(values[i + lane]);
+    }
+  }
+}
+
 TEST(EpilogueRows, RoundToBf16MatchesToBf16OnTiesAndSpecials) {
-  const float inf = std::numeric_limits<float>::infinity();
   const std::vector<uint32_t> bits = {0x3f808000u,  // tie, lower neighbour even: stays
                                       0x3f818000u,  // tie, lower neighbour odd: rounds up
                                       0x3f807fffu,
@@ -172,20 +189,15 @@ TEST(EpilogueRows, RoundToBf16MatchesToBf16OnTiesAndSpecials) {
                                       0x80000000u,
                                       0x7fc00001u /* quiet NaN */,
                                       0x7f800001u /* signalling NaN */,
-                                      0xffa00000u};
+                                      0xffa00000u,
+                                      0x7f800000u /* inf */,
+                                      0xff800000u /* -inf */};
   std::vector<float> values;
   for (uint32_t b : bits) values.push_back(f32_from_bits(b));
-  values.push_back(inf);
-  values.push_back(-inf);
   while (values.size() < 16) values.push_back(1.0f / 3.0f);
-  cpu::SigmoidFloats v;
-  std::memcpy(&v, values.data(), sizeof v);
-  cpu::EpilogueHalves halves;
-  cpu::round_to_bf16(v, halves);
-  for (int i = 0; i < 16; ++i) {
-    EXPECT_EQ(halves[i], to_bf16(values[i]).bits)
-        << "value bits " << std::hex << f32_bits(values[i]);
-  }
+  check_rounding<4>(values);
+  check_rounding<8>(values);
+  check_rounding<16>(values);
 }
 
 TEST(EpilogueRows, SiluKeepsNan) {

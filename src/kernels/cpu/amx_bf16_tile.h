@@ -123,8 +123,8 @@ ExpertKernels amx_expert_kernel_set() {
   kernels.tile.thread_begin = &Tiles::begin;
   kernels.tile.thread_end = &Tiles::end;
   kernels.flops_per_byte = kAmxFlopsPerByte;
-  kernels.silu_rows = &silu_rows;
-  kernels.scale_rows = &scale_rows;
+  kernels.silu_rows = &silu_rows<16>;
+  kernels.scale_rows = &scale_rows<16>;
   return kernels;
 }
 

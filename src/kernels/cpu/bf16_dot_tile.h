@@ -86,8 +86,8 @@ ExpertKernels bf16_dot_expert_kernels() {
   ExpertKernels kernels;
   kernels.tile = kernel;
   kernels.flops_per_byte = kBf16DotFlopsPerByte;
-  kernels.silu_rows = &silu_rows;
-  kernels.scale_rows = &scale_rows;
+  kernels.silu_rows = &silu_rows<16>;
+  kernels.scale_rows = &scale_rows<16>;
   return kernels;
 }
 

@@ -1,7 +1,8 @@
 // The experts GEMMs' epilogues on a block of rows of one panel pair (EpilogueArgs in
-// tile_kernel.h), written once with GCC vector extensions, 16 lanes, and compiled by each includer
-// for its own instruction set: amx_bf16_tile.h and bf16_dot_tile.h (AVX-512 inside the bf16 paths'
-// translation units) and packed_gemm.cc (the library's baseline, for the other paths). Each row
+// tile_kernel.h), written once with GCC vector extensions and compiled by each includer for its
+// own instruction set and width (vector_sigmoid.h says why the width is the target's):
+// amx_bf16_tile.h and bf16_dot_tile.h (16 lanes of AVX-512 inside the bf16 paths' translation
+// units) and packed_gemm.cc (the library's baseline, kBaselineLanes, for the other paths). Each row
 // is a few vector operations: the epilogue runs once per row and pair, as often as a 32-row AMX
 // block runs 32 k steps of tdpbf16ps, so scalar code there would cost as much as the GEMM.
 //
@@ -24,77 +25,92 @@
 namespace moe::cpu {
 namespace {
 
-typedef uint32_t EpilogueBits __attribute__((vector_size(16 * sizeof(uint32_t))));
-typedef uint16_t EpilogueHalves __attribute__((vector_size(16 * sizeof(uint16_t))));
+template <int kLanes>
+struct EpilogueLanes {
+  typedef uint32_t Bits __attribute__((vector_size(kLanes * sizeof(uint32_t))));
+  typedef uint16_t Halves __attribute__((vector_size(kLanes * sizeof(uint16_t))));
+};
 
-// f32 -> bf16 bits, rounded to nearest even; a NaN keeps its sign and top bits and becomes quiet.
-void round_to_bf16(const SigmoidFloats& values, EpilogueHalves& out) {
-  EpilogueBits bits;
+// kLanes f32 -> bf16 bits, rounded to nearest even; a NaN keeps its sign and top bits and becomes
+// quiet. The NaN test compares as signed (both sides are below 2^31): x86 before AVX-512 has no
+// unsigned vector comparison.
+template <int kLanes>
+void round_to_bf16(const typename Lanes<kLanes>::Floats& values, uint16_t* out) {
+  using Bits = typename EpilogueLanes<kLanes>::Bits;
+  Bits bits;
   std::memcpy(&bits, &values, sizeof bits);
-  const EpilogueBits rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
-  const EpilogueBits quiet_nan = (bits >> 16) | 0x0040u;
-  const EpilogueBits is_nan = (bits & 0x7fffffffu) > 0x7f800000u;
-  out = __builtin_convertvector(is_nan ? quiet_nan : rounded, EpilogueHalves);
+  const Bits rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
+  const Bits quiet_nan = (bits >> 16) | 0x0040u;
+  const auto magnitude = reinterpret_cast<typename Lanes<kLanes>::Ints>(bits & 0x7fffffffu);
+  const Bits is_nan = reinterpret_cast<Bits>(magnitude > 0x7f800000);
+  const auto halves = __builtin_convertvector((is_nan & quiet_nan) | (~is_nan & rounded),
+                                              typename EpilogueLanes<kLanes>::Halves);
+  std::memcpy(out, &halves, sizeof halves);
 }
 
+template <int kLanes>
 void silu_rows(const EpilogueArgs& e) {
-  SigmoidFloats bias_gate{}, bias_up{};
+  using Floats = typename Lanes<kLanes>::Floats;
+  constexpr int kVectors = kPanelWidth / kLanes;
+  Floats bias_gate[kVectors] = {}, bias_up[kVectors] = {};
   if (e.bias) {
-    std::memcpy(&bias_gate, e.bias, sizeof bias_gate);
-    std::memcpy(&bias_up, e.bias + kPanelWidth, sizeof bias_up);
+    std::memcpy(bias_gate, e.bias, sizeof bias_gate);
+    std::memcpy(bias_up, e.bias + kPanelWidth, sizeof bias_up);
   }
   const bool bf16_out = e.out_dtype == DType::kBF16;
-  const size_t out_bytes = static_cast<size_t>(e.width) * (bf16_out ? 2 : 4);
   const bool full = e.width == kPanelWidth;
   for (int64_t r = 0; r < e.rows; ++r) {
-    SigmoidFloats gate, up;
-    std::memcpy(&gate, e.acc + r * kPairWidth, sizeof gate);
-    std::memcpy(&up, e.acc + r * kPairWidth + kPanelWidth, sizeof up);
-    gate = gate + bias_gate;
-    up = up + bias_up;
-    SigmoidFloats sigmoid;
-    vector_sigmoid(gate, sigmoid);
-    const SigmoidFloats activated = gate * sigmoid * up;
-    const int64_t row = e.ids[r] * e.out_stride;
+    const float* acc = e.acc + r * kPairWidth;
+    float activated[kPanelWidth];
+    uint16_t halves[kPanelWidth];
+    for (int v = 0; v < kVectors; ++v) {
+      Floats gate, up, sigmoid;
+      std::memcpy(&gate, acc + v * kLanes, sizeof gate);
+      std::memcpy(&up, acc + kPanelWidth + v * kLanes, sizeof up);
+      gate = gate + bias_gate[v];
+      up = up + bias_up[v];
+      vector_sigmoid<kLanes>(gate, sigmoid);
+      const Floats value = gate * sigmoid * up;
+      if (bf16_out) {
+        round_to_bf16<kLanes>(value, halves + v * kLanes);
+      } else {
+        std::memcpy(activated + v * kLanes, &value, sizeof value);
+      }
+    }
     // Whole panels (every row but a ragged last pair's) store with a fixed size: no call.
+    const int64_t row = e.ids[r] * e.out_stride;
     if (bf16_out) {
-      EpilogueHalves halves;
-      round_to_bf16(activated, halves);
       uint16_t* out = static_cast<uint16_t*>(e.out) + row;
-      full ? std::memcpy(out, &halves, sizeof halves) : std::memcpy(out, &halves, out_bytes);
+      full ? std::memcpy(out, halves, sizeof halves)
+           : std::memcpy(out, halves, static_cast<size_t>(e.width) * sizeof(uint16_t));
     } else {
       float* out = static_cast<float*>(e.out) + row;
-      full ? std::memcpy(out, &activated, sizeof activated)
-           : std::memcpy(out, &activated, out_bytes);
+      full ? std::memcpy(out, activated, sizeof activated)
+           : std::memcpy(out, activated, static_cast<size_t>(e.width) * sizeof(float));
     }
   }
 }
 
+template <int kLanes>
 void scale_rows(const EpilogueArgs& e) {
-  SigmoidFloats bias0{}, bias1{};
-  if (e.bias) {
-    std::memcpy(&bias0, e.bias, sizeof bias0);
-    std::memcpy(&bias1, e.bias + kPanelWidth, sizeof bias1);
-  }
-  const int64_t width0 = e.width < kPanelWidth ? e.width : kPanelWidth;
-  const int64_t width1 = e.width - width0;
+  using Floats = typename Lanes<kLanes>::Floats;
+  constexpr int kVectors = kPairWidth / kLanes;
+  Floats bias[kVectors] = {};
+  if (e.bias) std::memcpy(bias, e.bias, sizeof bias);
+  const bool full = e.width == kPairWidth;
   for (int64_t r = 0; r < e.rows; ++r) {
     const int32_t id = e.ids[r];
     const float scale = e.scale ? e.scale[id] : 1.0f;
-    SigmoidFloats v0, v1;
-    std::memcpy(&v0, e.acc + r * kPairWidth, sizeof v0);
-    std::memcpy(&v1, e.acc + r * kPairWidth + kPanelWidth, sizeof v1);
-    v0 = (v0 + bias0) * scale;
-    v1 = (v1 + bias1) * scale;
-    float* out = static_cast<float*>(e.out) + id * e.out_stride;
-    if (e.width == kPairWidth) {
-      std::memcpy(out, &v0, sizeof v0);
-      std::memcpy(out + kPanelWidth, &v1, sizeof v1);
-      continue;
+    float values[kPairWidth];
+    for (int v = 0; v < kVectors; ++v) {
+      Floats sum;
+      std::memcpy(&sum, e.acc + r * kPairWidth + v * kLanes, sizeof sum);
+      sum = (sum + bias[v]) * scale;
+      std::memcpy(values + v * kLanes, &sum, sizeof sum);
     }
-    std::memcpy(out, &v0, static_cast<size_t>(width0) * sizeof(float));
-    if (width1 > 0)
-      std::memcpy(out + kPanelWidth, &v1, static_cast<size_t>(width1) * sizeof(float));
+    float* out = static_cast<float*>(e.out) + id * e.out_stride;
+    full ? std::memcpy(out, values, sizeof values)
+         : std::memcpy(out, values, static_cast<size_t>(e.width) * sizeof(float));
   }
 }
 

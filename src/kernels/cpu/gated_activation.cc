@@ -13,12 +13,15 @@ namespace {
 // Values per vector step: one gemm1 epilogue panel.
 constexpr int kLanes = 16;
 
+// sigmoid of kLanes values, kBaselineLanes at a time.
 void sigmoid_lanes(const float* x, float* out) {
-  SigmoidFloats values;
-  std::memcpy(&values, x, sizeof values);
-  SigmoidFloats result;
-  vector_sigmoid(values, result);
-  std::memcpy(out, &result, sizeof result);
+  using Floats = Lanes<kBaselineLanes>::Floats;
+  for (int i = 0; i < kLanes; i += kBaselineLanes) {
+    Floats values, result;
+    std::memcpy(&values, x + i, sizeof values);
+    vector_sigmoid<kBaselineLanes>(values, result);
+    std::memcpy(out + i, &result, sizeof result);
+  }
 }
 
 void silu_gate(const ActivationParams&, const float* gate, const float* up, int width, float* out) {

@@ -130,7 +130,7 @@ void gated_epilogue(const PackedGemmArgs& args, const ExpertKernels& kernels,
     e.out = static_cast<char*>(args.out) + i0 * static_cast<int64_t>(dtype_size(args.out_dtype));
     e.out_stride = intermediate;
     e.out_dtype = args.out_dtype;
-    (kernels.silu_rows ? kernels.silu_rows : &silu_rows)(e);
+    (kernels.silu_rows ? kernels.silu_rows : &silu_rows<kBaselineLanes>)(e);
     return;
   }
   float gate[kPanelWidth], up[kPanelWidth], activated[kPanelWidth];
@@ -168,7 +168,7 @@ void plain_epilogue(const PackedGemmArgs& args, const ExpertKernels& kernels,
   e.width = width;
   e.out = static_cast<float*>(args.out) + n0;
   e.out_stride = n;
-  (kernels.scale_rows ? kernels.scale_rows : &scale_rows)(e);
+  (kernels.scale_rows ? kernels.scale_rows : &scale_rows<kBaselineLanes>)(e);
 }
 
 // The weights of one k block: the same slice of both panels of a pair.
@@ -218,6 +218,9 @@ void run_item(const PackedGemmArgs& args, const ExpertKernels& kernels, const Ex
   const uint8_t* expert = args.experts[chunk.expert];
   const int64_t k_step = k_block(layout);
   const int64_t row_blocks = (chunk.num_rows + kernel.max_rows - 1) / kernel.max_rows;
+  // A k block larger than the default (MOE_CPU_KBLOCK) leaves L1 between row blocks.
+  const bool block_fits_l1 =
+      k_step * kPairWidth * static_cast<int64_t>(dtype_size(layout.dtype)) <= kPairBlockBytes;
   for (int64_t pair = item.pair_begin; pair < item.pair_end; ++pair) {
     TileArgs t;
     t.a_stride = s.a_stride;
@@ -234,7 +237,7 @@ void run_item(const PackedGemmArgs& args, const ExpertKernels& kernels, const Ex
         t.rows = std::min(kernel.max_rows, chunk.num_rows - r0);
         t.a = b.rows + r0 * s.row_bytes;
         t.acc = b.acc + r0 * kPairWidth;
-        t.prefetch = block == 0;
+        t.prefetch = block == 0 || !block_fits_l1;
         kernel.run(t);
       }
     }
