@@ -1,7 +1,7 @@
 #include "kernels/cpu/cpu_tuning.h"
 
+#include <cerrno>
 #include <cstdlib>
-#include <string>
 
 #include "kernels/cpu/packed_weights.h"
 #include "moe/error.h"
@@ -15,14 +15,17 @@ int64_t read_count(const char* name, int64_t fallback) {
   const char* text = std::getenv(name);
   if (text == nullptr || *text == '\0') return fallback;
   char* end = nullptr;
+  errno = 0;
   const long long value = std::strtoll(text, &end, 10);
-  if (*end != '\0' || value < 0) {
+  if (*end != '\0' || value < 0 || errno == ERANGE) {
     fail("{}: expected a non-negative integer; got '{}'", name, text);
   }
   return value;
 }
 
-CpuTuning read_tuning() {
+}  // namespace
+
+CpuTuning read_cpu_tuning() {
   CpuTuning t;
   t.k_block = read_count("MOE_CPU_KBLOCK", 0);
   if (t.k_block % kBf16KMultiple != 0) {
@@ -39,10 +42,8 @@ CpuTuning read_tuning() {
   return t;
 }
 
-}  // namespace
-
 const CpuTuning& cpu_tuning() {
-  static const CpuTuning tuning = read_tuning();
+  static const CpuTuning tuning = read_cpu_tuning();
   return tuning;
 }
 

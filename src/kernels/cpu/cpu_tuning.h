@@ -21,6 +21,10 @@ struct CpuTuning {
   bool huge_pages = true;
 };
 
+// The process's knobs: read_cpu_tuning()'s result on the first call, kept from then on.
 const CpuTuning& cpu_tuning();
+
+// Reads the variables now (for tests; the kernels use cpu_tuning()).
+CpuTuning read_cpu_tuning();
 
 }  // namespace moe::cpu
