@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/cpu/epilogue_rows.h"
 #include "kernels/cpu/tile_kernel.h"
 
 namespace moe::cpu {
@@ -86,7 +87,7 @@ void amx_pair(const TileArgs& t) {
   for (int64_t k0 = t.k_begin; k0 < t.k_end; k0 += kTileK) {
     // 32 k values are 16 k pairs: 16 rows of 64 bytes of each panel.
     const int64_t b_offset = k0 / 2 * kTileRowBytes;
-    for (int64_t line = 0; line < kTileRows * kTileRowBytes; line += 64) {
+    for (int64_t line = 0; t.prefetch && line < kTileRows * kTileRowBytes; line += 64) {
       __builtin_prefetch(panel0 + b_offset + kAmxPrefetchSteps * kTileRows * kTileRowBytes + line);
       __builtin_prefetch(panel1 + b_offset + kAmxPrefetchSteps * kTileRows * kTileRowBytes + line);
     }
@@ -122,6 +123,8 @@ ExpertKernels amx_expert_kernel_set() {
   kernels.tile.thread_begin = &Tiles::begin;
   kernels.tile.thread_end = &Tiles::end;
   kernels.flops_per_byte = kAmxFlopsPerByte;
+  kernels.silu_rows = &silu_rows<16>;
+  kernels.scale_rows = &scale_rows<16>;
   return kernels;
 }
 

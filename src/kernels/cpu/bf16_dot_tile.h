@@ -21,6 +21,7 @@
 
 #include <cstdint>
 
+#include "kernels/cpu/epilogue_rows.h"
 #include "kernels/cpu/tile_kernel.h"
 
 namespace moe::cpu {
@@ -85,6 +86,8 @@ ExpertKernels bf16_dot_expert_kernels() {
   ExpertKernels kernels;
   kernels.tile = kernel;
   kernels.flops_per_byte = kBf16DotFlopsPerByte;
+  kernels.silu_rows = &silu_rows<16>;
+  kernels.scale_rows = &scale_rows<16>;
   return kernels;
 }
 

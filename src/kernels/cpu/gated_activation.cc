@@ -4,43 +4,24 @@
 #include <cmath>
 #include <cstring>
 
+#include "kernels/cpu/vector_sigmoid.h"
+
 namespace moe::cpu {
 
 namespace {
 
 // Values per vector step: one gemm1 epilogue panel.
 constexpr int kLanes = 16;
-typedef float Floats __attribute__((vector_size(kLanes * sizeof(float))));
-typedef int32_t Ints __attribute__((vector_size(kLanes * sizeof(int32_t))));
 
-// sigmoid(x) = 1 / (1 + exp(-x)) for kLanes values. exp(t) = 2^n * e^r with n = round(t / ln 2)
-// and |r| <= ln(2) / 2, e^r by its degree-6 Taylor polynomial (truncation below 2e-7 relative);
-// t is clamped to where 2^n stays a normal float. NaN stays NaN (it passes through r).
+// sigmoid of kLanes values, kBaselineLanes at a time.
 void sigmoid_lanes(const float* x, float* out) {
-  Floats t;
-  std::memcpy(&t, x, sizeof t);
-  t = -t;
-  t = t < -87.3f ? Floats{} - 87.3f : t;
-  t = t > 88.7f ? Floats{} + 88.7f : t;
-  // Adding 1.5 * 2^23 rounds to an integer held in the low mantissa bits.
-  constexpr float kRound = 12582912.0f;
-  const Floats shifted = t * 1.44269504088896341f + kRound;
-  const Floats n = shifted - kRound;
-  const Floats r = t - n * 0.693145751953125f - n * 1.42860682030941723e-6f;
-  Floats p = Floats{} + 1.0f / 720;
-  p = p * r + 1.0f / 120;
-  p = p * r + 1.0f / 24;
-  p = p * r + 1.0f / 6;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
-  Ints n_bits, shifted_bits, round_bits = Ints{} + 0x4b400000;  // bits of kRound
-  std::memcpy(&shifted_bits, &shifted, sizeof shifted_bits);
-  n_bits = ((shifted_bits - round_bits) + 127) << 23;
-  Floats scale;
-  std::memcpy(&scale, &n_bits, sizeof scale);
-  const Floats result = 1.0f / (1.0f + p * scale);
-  std::memcpy(out, &result, sizeof result);
+  using Floats = Lanes<kBaselineLanes>::Floats;
+  for (int i = 0; i < kLanes; i += kBaselineLanes) {
+    Floats values, result;
+    std::memcpy(&values, x + i, sizeof values);
+    vector_sigmoid<kBaselineLanes>(values, result);
+    std::memcpy(out + i, &result, sizeof result);
+  }
 }
 
 void silu_gate(const ActivationParams&, const float* gate, const float* up, int width, float* out) {

@@ -1,5 +1,7 @@
 #include "kernels/cpu/packed_experts.h"
 
+#include "kernels/cpu/huge_pages.h"
+
 namespace moe::cpu {
 
 namespace {
@@ -7,6 +9,7 @@ namespace {
 Tensor pack_stack(const PackedLayout& layout, const void* src, int64_t count, int num_threads,
                   std::vector<const uint8_t*>& table) {
   Tensor packed(DType::kU8, {count * layout.bytes()});
+  advise_huge_pages(packed.data<void>(), count * layout.bytes());
   pack_matrices(layout, src, count, nullptr, packed.data<void>(), num_threads);
   for (int64_t e = 0; e < count; ++e) table.push_back(packed.data<uint8_t>() + e * layout.bytes());
   return packed;

@@ -5,6 +5,9 @@
 #include <algorithm>
 #include <cstring>
 
+#include "kernels/cpu/cpu_tuning.h"
+#include "kernels/cpu/epilogue_rows.h"
+
 namespace moe::cpu {
 
 namespace {
@@ -56,8 +59,10 @@ ThreadBuffers carve(float* base, const BufferShape& s) {
   return b;
 }
 
-// The k block: kPairBlockBytes of a pair, a multiple of bf16's k multiple (AMX tile depth).
+// The k block: kPairBlockBytes of a pair, a multiple of bf16's k multiple (AMX tile depth), or
+// MOE_CPU_KBLOCK (cpu_tuning.h).
 int64_t k_block(const PackedLayout& layout) {
+  if (cpu_tuning().k_block > 0) return cpu_tuning().k_block;
   const int64_t bytes_per_k = kPairWidth * static_cast<int64_t>(dtype_size(layout.dtype));
   return std::max<int64_t>(kPairBlockBytes / bytes_per_k / kBf16KMultiple, 1) * kBf16KMultiple;
 }
@@ -102,20 +107,40 @@ void gather_rows(const PackedGemmArgs& args, const ExpertRows& chunk, DType kern
               static_cast<size_t>((padded - chunk.num_rows) * s.row_bytes));
 }
 
-// acc [chunk rows, 32] -> the outputs of the chunk's rows for pair `pair`.
-void gated_epilogue(const PackedGemmArgs& args, const ExpertRows& chunk, int64_t pair,
-                    const float* acc) {
+// acc [chunk rows, 32] -> the outputs of the chunk's rows for pair `pair`. SiLU runs on the path's
+// own build of epilogue_rows.h; the other activations row by row through gated_activation().
+void gated_epilogue(const PackedGemmArgs& args, const ExpertKernels& kernels,
+                    const ExpertRows& chunk, int64_t pair, const float* acc) {
   const int64_t n = args.layout.n, intermediate = n / 2;
   const int64_t i0 = pair * kPanelWidth;
   const int64_t width = std::min(kPanelWidth, intermediate - i0);
-  const float* bias = args.bias ? args.bias + chunk.expert * n : nullptr;
+  float bias[kPairWidth] = {};  // gate, then up
+  if (args.bias) {
+    const float* expert_bias = args.bias + chunk.expert * n;
+    std::copy(expert_bias + i0, expert_bias + i0 + width, bias);
+    std::copy(expert_bias + intermediate + i0, expert_bias + intermediate + i0 + width,
+              bias + kPanelWidth);
+  }
+  if (args.activation.activation == Activation::kSilu) {
+    EpilogueArgs e;
+    e.acc = acc;
+    e.rows = chunk.num_rows;
+    e.ids = chunk.ids;
+    e.bias = args.bias ? bias : nullptr;
+    e.width = width;
+    e.out = static_cast<char*>(args.out) + i0 * static_cast<int64_t>(dtype_size(args.out_dtype));
+    e.out_stride = intermediate;
+    e.out_dtype = args.out_dtype;
+    (kernels.silu_rows ? kernels.silu_rows : &silu_rows<kBaselineLanes>)(e);
+    return;
+  }
   float gate[kPanelWidth], up[kPanelWidth], activated[kPanelWidth];
   const int64_t out_bytes = static_cast<int64_t>(dtype_size(args.out_dtype));
   for (int64_t r = 0; r < chunk.num_rows; ++r) {
     const float* values = acc + r * kPairWidth;
     for (int64_t c = 0; c < width; ++c) {
-      gate[c] = values[c] + (bias ? bias[i0 + c] : 0.0f);
-      up[c] = values[kPanelWidth + c] + (bias ? bias[intermediate + i0 + c] : 0.0f);
+      gate[c] = values[c] + bias[c];
+      up[c] = values[kPanelWidth + c] + bias[kPanelWidth + c];
     }
     const int32_t id = chunk.ids[r];
     gated_activation(args.activation, gate, up, width, activated);
@@ -125,19 +150,26 @@ void gated_epilogue(const PackedGemmArgs& args, const ExpertRows& chunk, int64_t
   }
 }
 
-void plain_epilogue(const PackedGemmArgs& args, const ExpertRows& chunk, int64_t pair,
-                    const float* acc) {
+void plain_epilogue(const PackedGemmArgs& args, const ExpertKernels& kernels,
+                    const ExpertRows& chunk, int64_t pair, const float* acc) {
   const int64_t n = args.layout.n;
   const int64_t n0 = pair * kPairWidth;
   const int64_t width = std::min(kPairWidth, n - n0);
-  const float* bias = args.bias ? args.bias + chunk.expert * n + n0 : nullptr;
-  for (int64_t r = 0; r < chunk.num_rows; ++r) {
-    const int32_t id = chunk.ids[r];
-    const float scale = args.out_scale ? args.out_scale[id] : 1.0f;
-    const float* values = acc + r * kPairWidth;
-    float* out = static_cast<float*>(args.out) + id * n + n0;
-    for (int64_t c = 0; c < width; ++c) out[c] = (values[c] + (bias ? bias[c] : 0.0f)) * scale;
+  float bias[kPairWidth] = {};
+  if (args.bias) {
+    const float* expert_bias = args.bias + chunk.expert * n + n0;
+    std::copy(expert_bias, expert_bias + width, bias);
   }
+  EpilogueArgs e;
+  e.acc = acc;
+  e.rows = chunk.num_rows;
+  e.ids = chunk.ids;
+  e.bias = args.bias ? bias : nullptr;
+  e.scale = args.out_scale;
+  e.width = width;
+  e.out = static_cast<float*>(args.out) + n0;
+  e.out_stride = n;
+  (kernels.scale_rows ? kernels.scale_rows : &scale_rows<kBaselineLanes>)(e);
 }
 
 // The weights of one k block: the same slice of both panels of a pair.
@@ -158,50 +190,62 @@ void prefetch_part(const BlockSpan& span, int64_t part, int64_t parts) {
   }
 }
 
+// The weights of the k block MOE_CPU_PREFETCH blocks (default 1: the next one) after block
+// `block` of pair `pair`, counting on through the item's later pairs; empty past the item's end.
+BlockSpan block_ahead(const PackedLayout& layout, const uint8_t* expert, const WorkItem& item,
+                      int64_t pair, int64_t block, int64_t k_step) {
+  BlockSpan span;
+  const int64_t ahead = cpu_tuning().prefetch_blocks;
+  const int64_t blocks_per_pair = (layout.k_padded + k_step - 1) / k_step;
+  const int64_t target = (pair - item.pair_begin) * blocks_per_pair + block + ahead;
+  const int64_t target_pair = item.pair_begin + target / blocks_per_pair;
+  if (ahead == 0 || target_pair >= item.pair_end) return span;
+  const int64_t k0 = target % blocks_per_pair * k_step;
+  const int64_t bytes_per_k = kPanelWidth * static_cast<int64_t>(dtype_size(layout.dtype));
+  span.panel0 = expert + target_pair * layout.pair_bytes() + k0 * bytes_per_k;
+  span.panel1 = span.panel0 + layout.panel_bytes();
+  span.bytes = (std::min(k0 + k_step, layout.k_padded) - k0) * bytes_per_k;
+  return span;
+}
+
 // Streams the item's pairs from memory once: each k block of a pair is multiplied with every row
 // block of the chunk while it sits in L1, the sums wait in acc, and the epilogue runs once the
-// pair's last k block is done. Meanwhile the next k block (or the next pair's first) is
-// prefetched to L2: the chunk's row blocks give memory the time to deliver it.
+// pair's last k block is done. Meanwhile a later k block (block_ahead) is prefetched to L2: the
+// chunk's row blocks give memory the time to deliver it.
 void run_item(const PackedGemmArgs& args, const ExpertKernels& kernels, const ExpertRows& chunk,
               const WorkItem& item, const BufferShape& s, const ThreadBuffers& b) {
   const PackedLayout& layout = args.layout;
   const TileKernel& kernel = kernels.tile;
   const uint8_t* expert = args.experts[chunk.expert];
   const int64_t k_step = k_block(layout);
-  const int64_t bytes_per_k = kPanelWidth * static_cast<int64_t>(dtype_size(layout.dtype));
   const int64_t row_blocks = (chunk.num_rows + kernel.max_rows - 1) / kernel.max_rows;
+  // A k block larger than the default (MOE_CPU_KBLOCK) leaves L1 between row blocks.
+  const bool block_fits_l1 =
+      k_step * kPairWidth * static_cast<int64_t>(dtype_size(layout.dtype)) <= kPairBlockBytes;
   for (int64_t pair = item.pair_begin; pair < item.pair_end; ++pair) {
     TileArgs t;
     t.a_stride = s.a_stride;
     t.pair = expert + pair * layout.pair_bytes();
     t.panel_bytes = layout.panel_bytes();
-    const uint8_t* panel0 = static_cast<const uint8_t*>(t.pair);
     for (int64_t k0 = 0; k0 < layout.k_padded; k0 += k_step) {
       t.k_begin = k0;
       t.k_end = std::min(k0 + k_step, layout.k_padded);
       t.accumulate = k0 > 0;
-      BlockSpan next;
-      if (t.k_end < layout.k_padded) {
-        next.panel0 = panel0 + t.k_end * bytes_per_k;
-        next.bytes = (std::min(t.k_end + k_step, layout.k_padded) - t.k_end) * bytes_per_k;
-      } else if (pair + 1 < item.pair_end) {
-        next.panel0 = panel0 + layout.pair_bytes();
-        next.bytes = std::min(k_step, layout.k_padded) * bytes_per_k;
-      }
-      next.panel1 = next.panel0 + t.panel_bytes;
+      const BlockSpan next = block_ahead(layout, expert, item, pair, k0 / k_step, k_step);
       for (int64_t block = 0; block < row_blocks; ++block) {
         const int64_t r0 = block * kernel.max_rows;
         if (next.bytes > 0) prefetch_part(next, block, row_blocks);
         t.rows = std::min(kernel.max_rows, chunk.num_rows - r0);
         t.a = b.rows + r0 * s.row_bytes;
         t.acc = b.acc + r0 * kPairWidth;
+        t.prefetch = block == 0 || !block_fits_l1;
         kernel.run(t);
       }
     }
     if (layout.gated) {
-      gated_epilogue(args, chunk, pair, b.acc);
+      gated_epilogue(args, kernels, chunk, pair, b.acc);
     } else {
-      plain_epilogue(args, chunk, pair, b.acc);
+      plain_epilogue(args, kernels, chunk, pair, b.acc);
     }
   }
 }

@@ -35,7 +35,11 @@ struct TileArgs {
   int64_t k_begin = 0;
   int64_t k_end = 0;
   bool accumulate = false;  // add to acc (the sums of earlier k ranges) rather than overwrite it
-  float* acc = nullptr;     // [rows rounded up to TileKernel::row_multiple, 32]
+  // The weights come from memory or L2 (the first row block over a k block): prefetch ahead of
+  // the steps. Later row blocks find them in L1; the amx kernel, which prefetches 32 lines per
+  // step, then skips its prefetches rather than take load slots from the tile loads.
+  bool prefetch = true;
+  float* acc = nullptr;  // [rows rounded up to TileKernel::row_multiple, 32]
 };
 
 struct TileKernel {
@@ -49,6 +53,23 @@ struct TileKernel {
   void (*thread_end)() = nullptr;
 };
 
+// The epilogue of one panel pair over the rows of a chunk (epilogue_rows.h), after its last k
+// block:
+//   silu_rows:  out[ids[r], c] = silu(acc[r, c] + bias[c]) * (acc[r, 16 + c] + bias[16 + c])
+//   scale_rows: out[ids[r], c] = (acc[r, c] + bias[c]) * scale[ids[r]]
+struct EpilogueArgs {
+  const float* acc = nullptr;  // [rows, 32]
+  int64_t rows = 0;
+  const int32_t* ids = nullptr;  // [rows]: the output row of each
+  const float* bias = nullptr;   // [32] (silu_rows: 16 gate, then 16 up) or null
+  const float* scale = nullptr;  // scale_rows: [ids] or null
+  int64_t width = 0;             // outputs per row: 1..16 (silu_rows) or 1..32 (scale_rows)
+  void* out = nullptr;           // output row i at out + i * out_stride elements
+  int64_t out_stride = 0;
+  DType out_dtype = DType::kF32;  // silu_rows: f32 or bf16; scale_rows: f32
+};
+using EpilogueRows = void (*)(const EpilogueArgs& args);
+
 // What one path runs for one weight dtype. A block of rows always goes through the same kernel
 // whatever its size, and each row's result depends only on that row: an output does not change
 // with the batch it is part of (nor with the replicas its expert is split over).
@@ -57,6 +78,10 @@ struct ExpertKernels {
   // Multiply-adds this path can do in the time it streams one byte of weights from memory (order
   // of magnitude): how the work split weighs a row of compute against a panel of bytes.
   double flops_per_byte = 10;
+  // The epilogues compiled for this path's instruction set; null: the driver's own build of
+  // epilogue_rows.h. Activations other than SiLU go through gated_activation().
+  EpilogueRows silu_rows = nullptr;
+  EpilogueRows scale_rows = nullptr;
 };
 
 // The kernels of a supported, resolved path (never kAuto) for f32, f16 or bf16 weights.

@@ -1,0 +1,30 @@
+// Knobs of the CPU experts kernels read from the environment once per process, so that one build
+// compares variants on one machine (`scripts/cpu-isa-check --amx-variants` sweeps them):
+//   MOE_CPU_KBLOCK     k values per block of a panel pair (a positive multiple of 32); unset or
+//                      0: the default, 16 KiB of a pair (256 k for bf16). The sums carry exactly
+//                      from one block to the next, so the block changes speed, never results.
+//   MOE_CPU_PREFETCH   how many k blocks ahead of the one being multiplied the driver prefetches
+//                      into L2 (0..8; default 1: the next block). More keeps more of the weight
+//                      stream in flight while the tiles compute and the epilogue runs.
+//   MOE_CPU_HUGEPAGES  1 (default): ask the kernel to back packed weights with transparent huge
+//                      pages; 0: ordinary pages.
+// A malformed value is a moe::Error naming the variable and what it takes.
+#pragma once
+
+#include <cstdint>
+
+namespace moe::cpu {
+
+struct CpuTuning {
+  int64_t k_block = 0;  // 0: the default
+  int64_t prefetch_blocks = 1;
+  bool huge_pages = true;
+};
+
+// The process's knobs: read_cpu_tuning()'s result on the first call, kept from then on.
+const CpuTuning& cpu_tuning();
+
+// Reads the variables now (for tests; the kernels use cpu_tuning()).
+CpuTuning read_cpu_tuning();
+
+}  // namespace moe::cpu

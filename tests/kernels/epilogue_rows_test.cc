@@ -1,0 +1,224 @@
+// The gemm epilogues of epilogue_rows.h, as every runnable kernel set compiles them (the bf16
+// paths' own builds, the emulated AMX set's, and this file's build standing in for the driver's):
+// SiLU against the float64 formula (bounds of gated_activation_test.cc), its bf16 output bit for
+// bit against moe::to_bf16 of its own f32 output, the scale epilogue bit for bit, and every
+// output row written at its id, only up to the width, nothing else touched.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "kernels/cpu/epilogue_rows.h"
+#include "kernels/kernel_sets.h"
+#include "kernels/reference/experts.h"
+#include "moe/dtype.h"
+
+namespace moe::testing {
+namespace {
+
+constexpr float kPoison = 12345.0f;
+constexpr uint16_t kPoisonBits = 0x7bad;
+
+struct Epilogues {
+  std::string name;
+  cpu::EpilogueRows silu_rows;
+  cpu::EpilogueRows scale_rows;
+};
+
+std::vector<Epilogues> every_build() {
+  // This file's builds at every width an includer uses.
+  std::vector<Epilogues> builds = {{"4 lanes", &cpu::silu_rows<4>, &cpu::scale_rows<4>},
+                                   {"8 lanes", &cpu::silu_rows<8>, &cpu::scale_rows<8>},
+                                   {"16 lanes", &cpu::silu_rows<16>, &cpu::scale_rows<16>}};
+  for (const KernelSet& set : runnable_kernel_sets(DType::kBF16)) {
+    if (set.kernels.silu_rows) {
+      builds.push_back({set.name, set.kernels.silu_rows, set.kernels.scale_rows});
+    }
+  }
+  return builds;
+}
+
+// A chunk of `rows` rows whose ids are a shuffled subset of 2 * rows output rows.
+struct Chunk {
+  std::vector<float> acc;  // [rows, 32]
+  std::vector<int32_t> ids;
+  std::vector<float> bias;  // [32]
+  int64_t out_rows = 0;
+};
+
+Chunk random_chunk(int64_t rows, uint64_t seed) {
+  std::mt19937 rng(static_cast<uint32_t>(seed));
+  std::normal_distribution<float> normal(0.0f, 4.0f);
+  Chunk c;
+  c.acc.resize(static_cast<size_t>(rows * cpu::kPairWidth));
+  for (float& v : c.acc) v = normal(rng);
+  c.bias.resize(cpu::kPairWidth);
+  for (float& v : c.bias) v = normal(rng);
+  c.out_rows = 2 * rows;
+  std::vector<int32_t> all(static_cast<size_t>(c.out_rows));
+  for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int32_t>(i);
+  std::shuffle(all.begin(), all.end(), rng);
+  c.ids.assign(all.begin(), all.begin() + rows);
+  return c;
+}
+
+TEST(EpilogueRows, SiluMatchesTheFormulaAndRoundsToBf16LikeToBf16) {
+  constexpr int64_t kStride = 40;  // out rows wider than the panel: columns past width untouched
+  uint64_t seed = 1;
+  for (const Epilogues& build : every_build()) {
+    for (int64_t rows : {1, 2, 15, 16, 17, 33}) {
+      for (int64_t width : {1, 7, 15, 16}) {
+        for (bool with_bias : {false, true}) {
+          SCOPED_TRACE(build.name + " rows=" + std::to_string(rows) +
+                       " width=" + std::to_string(width) + " bias=" + std::to_string(with_bias) +
+                       " seed=" + std::to_string(seed));
+          const Chunk c = random_chunk(rows, seed++);
+          std::vector<float> out_f32(static_cast<size_t>(c.out_rows * kStride), kPoison);
+          std::vector<uint16_t> out_bf16(out_f32.size(), kPoisonBits);
+          cpu::EpilogueArgs e;
+          e.acc = c.acc.data();
+          e.rows = rows;
+          e.ids = c.ids.data();
+          e.bias = with_bias ? c.bias.data() : nullptr;
+          e.width = width;
+          e.out_stride = kStride;
+          e.out = out_f32.data();
+          build.silu_rows(e);
+          e.out = out_bf16.data();
+          e.out_dtype = DType::kBF16;
+          build.silu_rows(e);
+
+          std::vector<bool> written(out_f32.size(), false);
+          for (int64_t r = 0; r < rows; ++r) {
+            for (int64_t col = 0; col < width; ++col) {
+              const size_t at = static_cast<size_t>(c.ids[r] * kStride + col);
+              written[at] = true;
+              const float gate = c.acc[r * cpu::kPairWidth + col] + (with_bias ? c.bias[col] : 0);
+              const float up = c.acc[r * cpu::kPairWidth + cpu::kPanelWidth + col] +
+                               (with_bias ? c.bias[cpu::kPanelWidth + col] : 0);
+              const double expected =
+                  reference::gated_activation(Activation::kSilu, gate, up, 1.702, 7.0);
+              const double bound = 2e-6 * std::abs(expected) + 1e-6 * std::abs(gate * up) + 1e-35;
+              ASSERT_LE(std::abs(out_f32[at] - expected), bound)
+                  << "row " << r << " column " << col << " got " << out_f32[at] << " expected "
+                  << expected;
+              ASSERT_EQ(out_bf16[at], to_bf16(out_f32[at]).bits) << "row " << r << " col " << col;
+            }
+          }
+          for (size_t i = 0; i < written.size(); ++i) {
+            if (written[i]) continue;
+            ASSERT_EQ(out_f32[i], kPoison) << "f32 output element " << i << " touched";
+            ASSERT_EQ(out_bf16[i], kPoisonBits) << "bf16 output element " << i << " touched";
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(EpilogueRows, ScaleIsExactAndWritesOnlyItsRows) {
+  constexpr int64_t kStride = 48;
+  uint64_t seed = 100;
+  for (const Epilogues& build : every_build()) {
+    for (int64_t rows : {1, 3, 16, 33}) {
+      for (int64_t width : {1, 15, 16, 17, 31, 32}) {
+        for (bool with_bias : {false, true}) {
+          SCOPED_TRACE(build.name + " rows=" + std::to_string(rows) +
+                       " width=" + std::to_string(width) + " bias=" + std::to_string(with_bias) +
+                       " seed=" + std::to_string(seed));
+          const Chunk c = random_chunk(rows, seed++);
+          std::vector<float> scale(static_cast<size_t>(c.out_rows));
+          for (size_t i = 0; i < scale.size(); ++i) scale[i] = 0.25f + 0.125f * float(i % 7);
+          std::vector<float> out(static_cast<size_t>(c.out_rows * kStride), kPoison);
+          cpu::EpilogueArgs e;
+          e.acc = c.acc.data();
+          e.rows = rows;
+          e.ids = c.ids.data();
+          e.bias = with_bias ? c.bias.data() : nullptr;
+          e.scale = scale.data();
+          e.width = width;
+          e.out = out.data();
+          e.out_stride = kStride;
+          build.scale_rows(e);
+          std::vector<bool> written(out.size(), false);
+          for (int64_t r = 0; r < rows; ++r) {
+            for (int64_t col = 0; col < width; ++col) {
+              const size_t at = static_cast<size_t>(c.ids[r] * kStride + col);
+              written[at] = true;
+              const float sum = c.acc[r * cpu::kPairWidth + col] + (with_bias ? c.bias[col] : 0);
+              ASSERT_EQ(out[at], sum * scale[c.ids[r]]) << "row " << r << " column " << col;
+            }
+          }
+          for (size_t i = 0; i < written.size(); ++i) {
+            if (!written[i]) {
+              ASSERT_EQ(out[i], kPoison) << "output element " << i << " touched";
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// Rounds `values` (16) kLanes at a time, as the epilogue of that width does.
+template <int kLanes>
+void check_rounding(const std::vector<float>& values) {
+  for (size_t i = 0; i < values.size(); i += kLanes) {
+    typename cpu::Lanes<kLanes>::Floats v;
+    std::memcpy(&v, values.data() + i, sizeof v);
+    uint16_t halves[kLanes];
+    cpu::round_to_bf16<kLanes>(v, halves);
+    for (int lane = 0; lane < kLanes; ++lane) {
+      EXPECT_EQ(halves[lane], to_bf16(values[i + lane]).bits)
+          << kLanes << " lanes, value bits " << std::hex << f32_bits(values[i + lane]);
+    }
+  }
+}
+
+TEST(EpilogueRows, RoundToBf16MatchesToBf16OnTiesAndSpecials) {
+  const std::vector<uint32_t> bits = {0x3f808000u,  // tie, lower neighbour even: stays
+                                      0x3f818000u,  // tie, lower neighbour odd: rounds up
+                                      0x3f807fffu,
+                                      0x3f808001u,
+                                      0x7f7fffffu /* rounds to inf */,
+                                      0x00000001u,
+                                      0x80000000u,
+                                      0x7fc00001u /* quiet NaN */,
+                                      0x7f800001u /* signalling NaN */,
+                                      0xffa00000u,
+                                      0x7f800000u /* inf */,
+                                      0xff800000u /* -inf */};
+  std::vector<float> values;
+  for (uint32_t b : bits) values.push_back(f32_from_bits(b));
+  while (values.size() < 16) values.push_back(1.0f / 3.0f);
+  check_rounding<4>(values);
+  check_rounding<8>(values);
+  check_rounding<16>(values);
+}
+
+TEST(EpilogueRows, SiluKeepsNan) {
+  std::vector<float> acc(cpu::kPairWidth, 1.0f);
+  acc[3] = std::numeric_limits<float>::quiet_NaN();
+  const int32_t id = 0;
+  for (const Epilogues& build : every_build()) {
+    std::vector<uint16_t> out(cpu::kPanelWidth);
+    cpu::EpilogueArgs e;
+    e.acc = acc.data();
+    e.rows = 1;
+    e.ids = &id;
+    e.width = cpu::kPanelWidth;
+    e.out = out.data();
+    e.out_stride = cpu::kPanelWidth;
+    e.out_dtype = DType::kBF16;
+    build.silu_rows(e);
+    EXPECT_TRUE(std::isnan(to_f32(bf16{out[3]}))) << build.name;
+    EXPECT_FALSE(std::isnan(to_f32(bf16{out[4]}))) << build.name;
+  }
+}
+
+}  // namespace
+}  // namespace moe::testing
