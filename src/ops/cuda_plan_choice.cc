@@ -2,14 +2,16 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
-#include <regex>
 #include <sstream>
 #include <stdexcept>
+#include <string_view>
+#include <system_error>
 #include <vector>
 
 #include "moe/error.h"
@@ -21,21 +23,37 @@ namespace {
 // A table holds a few dozen entries; anything far larger is not one.
 constexpr std::uintmax_t kMaxTableBytes = 1 << 20;
 
+// Reads the unsigned decimal number at the front of `text` and drops it; false without one.
+bool take_number(std::string_view& text, int64_t& value) {
+  if (text.empty() || text.front() < '0' || text.front() > '9') return false;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (error != std::errc() || end == text.data()) return false;
+  text.remove_prefix(static_cast<size_t>(end - text.data()));
+  return true;
+}
+
+bool take_prefix(std::string_view& text, std::string_view prefix) {
+  if (!text.starts_with(prefix)) return false;
+  text.remove_prefix(prefix.size());
+  return true;
+}
+
 // Throws unless `name` is one table_file_name gives, so that a table saved under a misspelt name
-// fails loudly instead of never being looked up.
+// fails loudly instead of never being looked up. Parsed by hand rather than with std::regex:
+// libstdc++'s regex templates are instantiated in every library that uses them, and in a Python
+// process that has loaded PyTorch first, ours resolved to PyTorch's copies and crashed.
 void check_file_name(const std::string& name, std::string_view source) {
-  static const std::regex pattern(
-      "E=([0-9]+),H=([0-9]+),I=([0-9]+),k=([0-9]+),device_name=([^ /]+)\\.json");
-  std::smatch match;
-  bool canonical = std::regex_match(name, match, pattern);
+  std::string_view rest = name;
+  int64_t experts = 0, hidden = 0, intermediate = 0, top_k = 0;
+  bool canonical = take_prefix(rest, "E=") && take_number(rest, experts) &&
+                   take_prefix(rest, ",H=") && take_number(rest, hidden) &&
+                   take_prefix(rest, ",I=") && take_number(rest, intermediate) &&
+                   take_prefix(rest, ",k=") && take_number(rest, top_k) &&
+                   take_prefix(rest, ",device_name=") && rest.ends_with(".json");
   if (canonical) {
-    try {
-      canonical = name == table_file_name(match[5].str(), std::stoll(match[1].str()),
-                                          std::stoll(match[2].str()), std::stoll(match[3].str()),
-                                          std::stoll(match[4].str()));
-    } catch (const std::out_of_range&) {
-      canonical = false;
-    }
+    const std::string_view device = rest.substr(0, rest.size() - 5);
+    canonical = !device.empty() && device.find_first_of(" /") == std::string_view::npos &&
+                name == table_file_name(device, experts, hidden, intermediate, top_k);
   }
   if (!canonical) {
     fail(

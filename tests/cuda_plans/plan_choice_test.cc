@@ -130,8 +130,13 @@ TEST_F(CudaPlanChoice, BadFoldersAndFilesAreNamedInTheError) {
                {"tuning folder", missing, "MOE_CUDA_TUNING_DIR", "cannot list"});
 
   const std::vector<std::string> bad_names = {
-      "qwen.json", "E=8,H=64,I=32,k=2,device_name=Test GPU.json",
-      "E=08,H=64,I=32,k=2,device_name=Test_GPU.json", "E=8,H=64,I=32,device_name=Test_GPU.json"};
+      "qwen.json",
+      "E=8,H=64,I=32,k=2,device_name=Test GPU.json",
+      "E=08,H=64,I=32,k=2,device_name=Test_GPU.json",
+      "E=8,H=64,I=32,device_name=Test_GPU.json",
+      "E=-8,H=64,I=32,k=2,device_name=Test_GPU.json",
+      "E=8,H=64,I=32,k=2,device_name=.json",
+      "E=99999999999999999999,H=64,I=32,k=2,device_name=Test_GPU.json"};
   for (size_t i = 0; i < bad_names.size(); ++i) {
     const std::string& name = bad_names[i];
     SCOPED_TRACE(name);
