@@ -104,6 +104,9 @@ def test_route_matches_the_cpu(M, dtype):
     assert weights.device.type == "cuda" and weights.dtype == torch.float32
     want_ids, want_weights = moe_engine.route(hidden, router, top_k=K, renormalize=True)
     ids, weights = ids.cpu(), weights.cpu()
+    if M == 0:
+        assert want_ids.shape == ids.shape and want_weights.shape == weights.shape
+        return
     # cuBLAS sums the logits in another order than the CPU: a swap is allowed only between two
     # experts whose exact logits are within a few f32 roundings of each other.
     logits = hidden.double() @ router.double().T

@@ -80,8 +80,13 @@ def test_inputs_that_require_grad_are_read_without_autograd():
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
-def test_cuda_tensors_are_refused_until_the_cuda_backend_exists():
+def test_cuda_tensors_are_refused_where_they_cannot_run():
     hidden, w13, w2, weights, ids = as_torch(*make_problem(26, 4, 16, 8, 3, 2))
+    if moe_engine.cuda_available():
+        # One call runs on one device: a CPU weight beside a GPU hidden_states is named.
+        with pytest.raises(moe_engine.MoeError, match=r"^w1: expected a tensor on the GPU"):
+            moe_engine.fused_experts(hidden.cuda(), w13, w2, weights, ids)
+        return
     with pytest.raises(moe_engine.MoeError, match=r"^hidden_states: .*CUDA backend is not built"):
         moe_engine.fused_experts(hidden.cuda(), w13, w2, weights, ids)
     with pytest.raises(moe_engine.MoeError, match=r"^w1: .*CUDA backend is not built"):
