@@ -35,7 +35,7 @@ std::string why_malformed(const cuda::ExpertsPlan& plan) {
       return fmt::format("the wgmma kernel takes block_m 64 or 128; got {}", plan.block_m);
     case cuda::GemmKernel::kTma:
       if (cuda::tma_supports_block_m(plan.block_m)) return {};
-      return fmt::format("the tma kernel takes block_m 64, 128 or 256; got {}", plan.block_m);
+      return fmt::format("the tma kernel takes block_m 64 or 128; got {}", plan.block_m);
   }
   return fmt::format("unsupported kernel: {}", static_cast<int>(plan.kernel));
 }
