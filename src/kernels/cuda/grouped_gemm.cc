@@ -52,6 +52,7 @@ void grouped_gemm(GemmKernel kernel, bool gated, const GroupedGemmArgs& args, cu
       wgmma_grouped_gemm(gated, args, stream);
       return;
     case GemmKernel::kTma:
+    case GemmKernel::kTmaEager:
       if (!wgmma_available()) fail("grouped_gemm: the tma kernel needs a Hopper GPU (sm_90)");
       if (!tma_supports_block_m(args.block_m) || !mma_supports(args)) {
         fail(
@@ -59,7 +60,7 @@ void grouped_gemm(GemmKernel kernel, bool gated, const GroupedGemmArgs& args, cu
             "aligned rows; got block_m {}, K {}",
             args.block_m, args.k_dim);
       }
-      tma_grouped_gemm(gated, args, stream);
+      tma_grouped_gemm(gated, kernel == GemmKernel::kTmaEager, args, stream);
       return;
   }
   fail("grouped_gemm: unsupported kernel: {}", static_cast<int>(kernel));

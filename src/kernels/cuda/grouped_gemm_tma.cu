@@ -13,12 +13,19 @@
 //              retired. After the last stage of a tile they apply the fused epilogue (gemm1:
 //              SiLU(gate) * up; gemm2: times the router weight) and store bf16 rows in pair order,
 //              while the producer already fills the next tile's stages.
+// Plan kernel "tma_eager" is the same but for the consumers' stage release: they retire each
+// stage's MMAs (wgmma.wait_group 0) before waiting for the next stage and free it at once, so
+// the consumers hold one stage instead of two and one more stage is loading at any time, at the
+// cost of the MMA overlap across stages. On the H200 both tma plans took about 1.1 us per stage at
+// long K whatever the stage's work (64 or 128 rows: 512 or 1024 tensor-core clocks), as if
+// bound by the fill latency of the two or three stages in flight; tma_eager tests that.
 // Tiles: block_m 128: each consumer warpgroup takes 64 of the rows and all 256 weight rows
 // (m64n256k16); block_m 64: both take the 64 rows and 128 of the weight rows (m64n128k16). gemm1's
 // weight rows are, per consumer warpgroup, gate rows then the matching up rows, so each thread
 // holds gate and up of the same output element.
 //
-// Tested by tests/cuda/fused_experts_test.cc (plan "tma/64" and "tma/128") against the reference.
+// Tested by tests/cuda/fused_experts_test.cc (plans tma/64, tma/128, tma_eager/64 and
+// tma_eager/128) against the reference.
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <cuda_bf16.h>
@@ -160,7 +167,8 @@ __device__ __forceinline__ void for_each_tile(const GroupedGemmArgs& a, int64_t 
 }
 #endif
 
-template <int kBlockM, bool kGated>
+// kEager: plan kernel "tma_eager" (above).
+template <int kBlockM, bool kGated, bool kEager>
 __global__ void __launch_bounds__(TmaTile<kBlockM>::kThreads, 1)
     tma_kernel(const __grid_constant__ CUtensorMap weight_map, GroupedGemmArgs a) {
 #ifdef MOE_HAS_WGMMA
@@ -305,13 +313,20 @@ __global__ void __launch_bounds__(TmaTile<kBlockM>::kThreads, 1)
         }
       }
       wgmma_commit();
-      // The group of the previous stage has retired once at most this one is running: free it.
-      wgmma_wait<1>();
-      if (kt > 0) free_stage(previous_stage);
-      previous_stage = ring.stage;
+      if constexpr (kEager) {
+        wgmma_wait<0>();
+        free_stage(ring.stage);
+      } else {
+        // The group of the previous stage has retired once at most this one is running: free it.
+        wgmma_wait<1>();
+        if (kt > 0) free_stage(previous_stage);
+        previous_stage = ring.stage;
+      }
     }
-    wgmma_wait<0>();
-    free_stage(previous_stage);
+    if constexpr (!kEager) {
+      wgmma_wait<0>();
+      free_stage(previous_stage);
+    }
 
     constexpr int kOutChunks = kWarpGroupColumns / 8;
 #pragma unroll
@@ -379,10 +394,10 @@ CUtensorMap weight_tensor_map(const GroupedGemmArgs& a) {
   return map;
 }
 
-template <int kBlockM, bool kGated>
+template <int kBlockM, bool kGated, bool kEager>
 void launch(const GroupedGemmArgs& args, cudaStream_t stream) {
   using Tile = TmaTile<kBlockM>;
-  constexpr auto kernel = tma_kernel<kBlockM, kGated>;
+  constexpr auto kernel = tma_kernel<kBlockM, kGated, kEager>;
   allow_shared_bytes<kernel>(Tile::kSharedBytes, "cudaFuncSetAttribute(tma_kernel)");
   int device = 0, multiprocessors = 0;
   check(cudaGetDevice(&device), "cudaGetDevice");
@@ -396,15 +411,23 @@ void launch(const GroupedGemmArgs& args, cudaStream_t stream) {
   kernel<<<blocks, Tile::kThreads, Tile::kSharedBytes, stream>>>(weight_tensor_map(args), args);
 }
 
+template <int kBlockM, bool kEager>
+void launch_gated_or_not(bool gated, const GroupedGemmArgs& args, cudaStream_t stream) {
+  gated ? launch<kBlockM, true, kEager>(args, stream)
+        : launch<kBlockM, false, kEager>(args, stream);
+}
+
 }  // namespace
 
-void tma_grouped_gemm(bool gated, const GroupedGemmArgs& args, cudaStream_t stream) {
+void tma_grouped_gemm(bool gated, bool eager, const GroupedGemmArgs& args, cudaStream_t stream) {
   // 128 rows: half the input traffic per flop; 64 rows, for experts with fewer pairs: less padding
   // computed.
   if (args.block_m == 64) {
-    gated ? launch<64, true>(args, stream) : launch<64, false>(args, stream);
+    eager ? launch_gated_or_not<64, true>(gated, args, stream)
+          : launch_gated_or_not<64, false>(gated, args, stream);
   } else {
-    gated ? launch<128, true>(args, stream) : launch<128, false>(args, stream);
+    eager ? launch_gated_or_not<128, true>(gated, args, stream)
+          : launch_gated_or_not<128, false>(gated, args, stream);
   }
   check_launch("grouped_gemm (tma)");
 }
