@@ -34,15 +34,18 @@ std::string why_malformed(const cuda::ExpertsPlan& plan) {
       if (cuda::wgmma_supports_block_m(plan.block_m)) return {};
       return fmt::format("the wgmma kernel takes block_m 64 or 128; got {}", plan.block_m);
     case cuda::GemmKernel::kTma:
+    case cuda::GemmKernel::kTmaEager:
       if (cuda::tma_supports_block_m(plan.block_m)) return {};
-      return fmt::format("the tma kernel takes block_m 64, 128 or 256; got {}", plan.block_m);
+      return fmt::format("the {} kernel takes block_m 64 or 128; got {}", kernel_name(plan.kernel),
+                         plan.block_m);
   }
   return fmt::format("unsupported kernel: {}", static_cast<int>(plan.kernel));
 }
 
 bool parse_kernel(std::string_view name, cuda::GemmKernel& kernel) {
-  for (const cuda::GemmKernel candidate : {cuda::GemmKernel::kStream, cuda::GemmKernel::kMma,
-                                           cuda::GemmKernel::kWgmma, cuda::GemmKernel::kTma}) {
+  for (const cuda::GemmKernel candidate :
+       {cuda::GemmKernel::kStream, cuda::GemmKernel::kMma, cuda::GemmKernel::kWgmma,
+        cuda::GemmKernel::kTma, cuda::GemmKernel::kTmaEager}) {
     if (name == kernel_name(candidate)) {
       kernel = candidate;
       return true;
@@ -75,7 +78,8 @@ cuda::ExpertsPlan parse_entry(const nlohmann::json& entry, const std::string& ke
   cuda::ExpertsPlan plan;
   const std::string kernel = fields.string("kernel");
   if (!parse_kernel(kernel, plan.kernel)) {
-    fields.fail_field("kernel", "stream, mma, wgmma or tma", fmt::format("\"{}\"", kernel));
+    fields.fail_field("kernel", "stream, mma, wgmma, tma or tma_eager",
+                      fmt::format("\"{}\"", kernel));
   }
   plan.block_m = fields.positive("block_m");
   plan.tiny_batch = fields.boolean_or("tiny_batch", false);
@@ -96,6 +100,8 @@ std::string_view kernel_name(cuda::GemmKernel kernel) {
       return "wgmma";
     case cuda::GemmKernel::kTma:
       return "tma";
+    case cuda::GemmKernel::kTmaEager:
+      return "tma_eager";
   }
   return "unknown";
 }
@@ -113,8 +119,10 @@ cuda::ExpertsPlan parse_plan_name(std::string_view name) {
   const bool known_kernel = plan.tiny_batch || parse_kernel(kernel, plan.kernel);
   if (slash == std::string_view::npos || !known_kernel ||
       !parse_count(name.substr(slash + 1), plan.block_m)) {
-    fail("plan \"{}\": expected <kernel>/<block_m> with kernel tiny, stream, mma, wgmma or tma",
-         name);
+    fail(
+        "plan \"{}\": expected <kernel>/<block_m> with kernel tiny, stream, mma, wgmma, tma or "
+        "tma_eager",
+        name);
   }
   if (plan.tiny_batch) plan.kernel = cuda::GemmKernel::kStream;
   const std::string reason = why_malformed(plan);

@@ -32,6 +32,7 @@ std::vector<ExpertsPlan> all_plans() {
   for (int64_t block_m : {16, 32, 64, 128}) plans.push_back({GemmKernel::kMma, block_m, false});
   for (int64_t block_m : {64, 128}) plans.push_back({GemmKernel::kWgmma, block_m, false});
   for (int64_t block_m : {64, 128}) plans.push_back({GemmKernel::kTma, block_m, false});
+  for (int64_t block_m : {64, 128}) plans.push_back({GemmKernel::kTmaEager, block_m, false});
   return plans;
 }
 
@@ -50,6 +51,7 @@ TEST(CudaPlanTable, PlanNamesAreTheBenchNamesAndRoundTrip) {
   EXPECT_EQ(cuda_plans::plan_name({GemmKernel::kMma, 32, false}), "mma/32");
   EXPECT_EQ(cuda_plans::plan_name({GemmKernel::kWgmma, 128, false}), "wgmma/128");
   EXPECT_EQ(cuda_plans::plan_name({GemmKernel::kTma, 64, false}), "tma/64");
+  EXPECT_EQ(cuda_plans::plan_name({GemmKernel::kTmaEager, 128, false}), "tma_eager/128");
   std::set<std::string> seen;
   for (const ExpertsPlan& plan : all_plans()) {
     const std::string name = cuda_plans::plan_name(plan);
@@ -72,7 +74,8 @@ TEST(CudaPlanTable, RejectsPlanNamesNoKernelRuns) {
   expect_error([] { cuda_plans::parse_plan_name("mma/48"); }, {"mma/48", "16, 32, 64 or 128"});
   expect_error([] { cuda_plans::parse_plan_name("wgmma/32"); }, {"wgmma/32", "64 or 128"});
   expect_error([] { cuda_plans::parse_plan_name("wgmma/256"); }, {"wgmma/256", "64 or 128"});
-  expect_error([] { cuda_plans::parse_plan_name("tma/512"); }, {"tma/512", "64, 128 or 256"});
+  expect_error([] { cuda_plans::parse_plan_name("tma/256"); }, {"tma/256", "64 or 128"});
+  expect_error([] { cuda_plans::parse_plan_name("tma_eager/32"); }, {"tma_eager/32", "64 or 128"});
 }
 
 TEST(CudaPlanTable, FileNamesFollowVllm) {
@@ -170,8 +173,7 @@ TEST(CudaPlanTable, RejectsBadFilesNamingFileEntryAndProblem) {
       {R"({"4": {"kernel": "stream", "block_m": 17}})", {"entry \"4\"", "[1, 16]; got 17"}},
       {R"({"4": {"kernel": "mma", "block_m": 8}})", {"entry \"4\"", "got 8"}},
       {R"({"4": {"kernel": "wgmma", "block_m": 32}})", {"entry \"4\"", "64 or 128; got 32"}},
-      {R"({"4": {"kernel": "tma", "block_m": 16}})",
-       {"entry \"4\"", "tma", "64, 128 or 256; got 16"}},
+      {R"({"4": {"kernel": "tma", "block_m": 16}})", {"entry \"4\"", "tma", "64 or 128; got 16"}},
       {R"({"4": {"kernel": "tma", "block_m": 1, "tiny_batch": true}})",
        {"entry \"4\"", "tiny-batch"}},
       {R"({"4": {"kernel": "mma", "block_m": 64, "tiny_batch": true}})",

@@ -81,13 +81,13 @@ std::string why_plan_cannot_run(const ExpertsPlan& plan, const ExpertsProblem& p
     return fmt::format("the stream kernel takes block_m in [1, {}]; got {}", kMaxStreamRows,
                        plan.block_m);
   }
-  if (plan.kernel == GemmKernel::kWgmma || plan.kernel == GemmKernel::kTma) {
+  if (plan.kernel == GemmKernel::kWgmma || plan.kernel == GemmKernel::kTma ||
+      plan.kernel == GemmKernel::kTmaEager) {
     const bool wgmma = plan.kernel == GemmKernel::kWgmma;
     const char* name = wgmma ? "wgmma" : "tma";
     if (!wgmma_available()) return fmt::format("the {} kernel needs a Hopper GPU (sm_90)", name);
     if (wgmma ? !wgmma_supports_block_m(plan.block_m) : !tma_supports_block_m(plan.block_m)) {
-      return fmt::format("the {} kernel takes block_m 64 or 128{}; got {}", name,
-                         wgmma ? "" : " (or 256: pairs of 128-row blocks)", plan.block_m);
+      return fmt::format("the {} kernel takes block_m 64 or 128; got {}", name, plan.block_m);
     }
   }
   if (plan.kernel != GemmKernel::kStream) {

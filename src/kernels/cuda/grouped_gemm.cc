@@ -16,9 +16,7 @@ bool mma_supports_block_m(int64_t block_m) {
 
 bool wgmma_supports_block_m(int64_t block_m) { return block_m == 64 || block_m == 128; }
 
-bool tma_supports_block_m(int64_t block_m) {
-  return wgmma_supports_block_m(block_m) || block_m == 256;
-}
+bool tma_supports_block_m(int64_t block_m) { return wgmma_supports_block_m(block_m); }
 
 bool mma_supports(const GroupedGemmArgs& args) {
   return args.k_dim % 8 == 0 && aligned16(args.input) && aligned16(args.weights);
@@ -54,14 +52,15 @@ void grouped_gemm(GemmKernel kernel, bool gated, const GroupedGemmArgs& args, cu
       wgmma_grouped_gemm(gated, args, stream);
       return;
     case GemmKernel::kTma:
+    case GemmKernel::kTmaEager:
       if (!wgmma_available()) fail("grouped_gemm: the tma kernel needs a Hopper GPU (sm_90)");
       if (!tma_supports_block_m(args.block_m) || !mma_supports(args)) {
         fail(
-            "grouped_gemm: the tma kernel needs block_m 64, 128 or 256, K % 8 == 0 and 16-byte "
+            "grouped_gemm: the tma kernel needs block_m 64 or 128, K % 8 == 0 and 16-byte "
             "aligned rows; got block_m {}, K {}",
             args.block_m, args.k_dim);
       }
-      tma_grouped_gemm(gated, args, stream);
+      tma_grouped_gemm(gated, kernel == GemmKernel::kTmaEager, args, stream);
       return;
   }
   fail("grouped_gemm: unsupported kernel: {}", static_cast<int>(kernel));

@@ -45,6 +45,9 @@ enum class GemmKernel : uint8_t {
   kMma,     // prefill: tensor-core tiles (mma.sync bf16), multi-stage cp.async pipeline
   kWgmma,   // prefill on Hopper (sm_90a): warpgroup MMA from swizzled shared-memory tiles
   kTma,     // prefill on Hopper: warp-specialized, TMA-fed weights, persistent grid
+  // kTma whose consumers retire each stage's MMAs before the next stage's, freeing it a stage
+  // earlier: one more stage loading at a time, no MMA overlap across stages
+  kTmaEager,
 };
 
 // Rows per block each kernel accepts: the stream kernel any block_m up to kMaxStreamRows, the
@@ -56,7 +59,7 @@ bool mma_supports_block_m(int64_t block_m);  // 16, 32, 64 or 128
 // block_m is 64 (one warpgroup) or 128 (two).
 bool wgmma_available();
 bool wgmma_supports_block_m(int64_t block_m);  // 64 or 128
-// The tma kernel's: 64 or 128 rows per thread block, or 256 as a pair of 128-row thread blocks.
+// The tma kernels' (kTma and kTmaEager): 64 or 128, as wgmma's.
 bool tma_supports_block_m(int64_t block_m);
 
 // The tensor-core kernels need 16-byte aligned rows: K % 8 == 0 and aligned base pointers.

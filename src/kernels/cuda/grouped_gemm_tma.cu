@@ -13,19 +13,19 @@
 //              retired. After the last stage of a tile they apply the fused epilogue (gemm1:
 //              SiLU(gate) * up; gemm2: times the router weight) and store bf16 rows in pair order,
 //              while the producer already fills the next tile's stages.
-// Pairs of thread blocks (plan block_m 256): a cluster of two thread blocks takes one aligned
-// block of 256 rows, 128 each, and the same weight tile. Each loads half of the stage's weight
-// boxes and multicasts them to both (cp.async.bulk.tensor .multicast::cluster), so the weights
-// cross from L2 once per 256 rows instead of once per 128: a third less L2 traffic per flop, which
-// is what bounds the 128-row kernel at long K. A stage is refilled only once the consumers of
-// both thread blocks freed it (each consumer warp arrives on both `empty` barriers). The cost is
-// padding: experts are padded to 256 rows.
+// Plan kernel "tma_eager" is the same but for the consumers' stage release: they retire each
+// stage's MMAs (wgmma.wait_group 0) before waiting for the next stage and free it at once, so
+// the consumers hold one stage instead of two and one more stage is loading at any time, at the
+// cost of the MMA overlap across stages. On the H200 both tma plans took about 1.1 us per stage at
+// long K whatever the stage's work (64 or 128 rows: 512 or 1024 tensor-core clocks), as if
+// bound by the fill latency of the two or three stages in flight; tma_eager tests that.
 // Tiles: block_m 128: each consumer warpgroup takes 64 of the rows and all 256 weight rows
 // (m64n256k16); block_m 64: both take the 64 rows and 128 of the weight rows (m64n128k16). gemm1's
 // weight rows are, per consumer warpgroup, gate rows then the matching up rows, so each thread
 // holds gate and up of the same output element.
 //
-// Tested by tests/cuda/fused_experts_test.cc (plan "tma/64" and "tma/128") against the reference.
+// Tested by tests/cuda/fused_experts_test.cc (plans tma/64, tma/128, tma_eager/64 and
+// tma_eager/128) against the reference.
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <cuda_bf16.h>
@@ -46,18 +46,19 @@ constexpr int kTileK = kSwizzledTileK;
 constexpr int kRowBytes = kSwizzledRowBytes;
 constexpr int kTileN = 256;   // weight rows per tile (gemm1: 128 output columns, gemm2: 256)
 constexpr int kBoxRows = 64;  // weight rows per TMA box: 8 KiB, four per stage
-constexpr int kWarpGroupRows = 64;
 constexpr int kProducerThreads = 128;
-constexpr int kConsumerWarps = 8;  // two warpgroups
-constexpr int kThreads = kProducerThreads + kConsumerWarps * 32;
-// The producer needs few registers; the consumers hold up to 128 f32 accumulators each. The
-// launch gives every thread 168 (65536 / 384, rounded down to 8); 128 * 56 + 256 * 224 fits too.
-constexpr int kProducerRegisters = 56;
-constexpr int kConsumerRegisters = 224;
 
 template <int kBlockM>
 struct TmaTile {
-  static_assert(kBlockM == 64 || kBlockM == 128, "one or two 64-row wgmma tiles");
+  static constexpr int kWarpGroupRows = 64;
+  static_assert(kBlockM == kWarpGroupRows || kBlockM == 2 * kWarpGroupRows,
+                "one or two 64-row wgmma tiles");
+  static constexpr int kConsumerWarps = 8;  // two warpgroups
+  static constexpr int kThreads = kProducerThreads + kConsumerWarps * 32;
+  // The producer needs few registers; the consumers hold up to 128 f32 accumulators each. The
+  // launch gives every thread 168 (65536 / 384, rounded down to 8); 128 * 56 + 256 * 224 fits too.
+  static constexpr int kProducerRegisters = 56;
+  static constexpr int kConsumerRegisters = 224;
   // block_m 128: the warpgroups split the rows; 64: they split the weight rows.
   static constexpr int kSplitN = kBlockM == 128 ? 1 : 2;
   static constexpr int kWarpGroupN = kTileN / kSplitN;  // weight rows per consumer warpgroup
@@ -68,6 +69,13 @@ struct TmaTile {
   static constexpr size_t kSharedBytes = size_t{kStages} * kStageBytes + 1024;  // + alignment
   static constexpr int kRowsPerProducer = kBlockM * 8 / kProducerThreads;  // 16-byte copies each
   static_assert(kStageBytes % 1024 == 0, "the 128-byte swizzle repeats every 1024 bytes");
+  // Referenced here too, since the sm_80 pass compiles the kernel without its body.
+  static_assert(kWarpGroupN * kSplitN == kTileN &&
+                    kRowsPerProducer * kProducerThreads == kBlockM * 8,
+                "whole weight and input rows per thread");
+  static_assert(kProducerThreads * kProducerRegisters + kConsumerWarps * 32 * kConsumerRegisters <=
+                    65536,
+                "the register file holds both sides");
 };
 
 // The ring position shared by both sides: stage index and the parity of its current use.
@@ -131,45 +139,6 @@ __device__ __forceinline__ void load_weight_box(uint32_t shared, const CUtensorM
       : "memory");
 }
 
-// As load_weight_box, into the same shared offset of every thread block in `cta_mask` of the
-// cluster; each destination's barrier at `barrier` gets the bytes that landed there.
-__device__ __forceinline__ void multicast_weight_box(uint32_t shared, const CUtensorMap* map, int k,
-                                                     int row, int expert, uint32_t barrier,
-                                                     uint16_t cta_mask) {
-  asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
-      ".multicast::cluster [%0], [%1, {%2, %3, %4}], [%5], %6;\n" ::"r"(shared),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(k), "r"(row), "r"(expert), "r"(barrier),
-      "h"(cta_mask)
-      : "memory");
-}
-
-__device__ __forceinline__ uint32_t cluster_rank() {
-  uint32_t rank;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
-  return rank;
-}
-
-// One arrival on the barrier at local offset `barrier` of thread block `rank` of the cluster.
-__device__ __forceinline__ void barrier_arrive_in(uint32_t barrier, uint32_t rank) {
-  asm volatile(
-      "{\n"
-      ".reg .b32 remote;\n"
-      "mapa.shared::cluster.u32 remote, %0, %1;\n"
-      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n"
-      "}\n" ::"r"(barrier),
-      "r"(rank)
-      : "memory");
-}
-
-// Every thread of both thread blocks of the cluster: release what came before, acquire theirs.
-__device__ __forceinline__ void cluster_sync() {
-  asm volatile(
-      "barrier.cluster.arrive.release;\n"
-      "barrier.cluster.wait.acquire;\n" ::
-          : "memory");
-}
-
 template <int kRegisters>
 __device__ __forceinline__ void shrink_registers() {
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
@@ -181,17 +150,16 @@ __device__ __forceinline__ void grow_registers() {
 
 // Calls body(block, expert, first_column) for this thread block's tiles in order. Both sides run
 // it and so see the same sequence: tiles of blocks past num_pairs_post_padded end the walk, tiles
-// of blocks whose expert is not local are skipped. The thread blocks of a cluster (consecutive in
-// x) walk the same tiles: aligned blocks of kAlignedRows rows.
-template <int kAlignedRows, int kCluster, typename Body>
+// of blocks whose expert is not local are skipped.
+template <typename Body>
 __device__ __forceinline__ void for_each_tile(const GroupedGemmArgs& a, int64_t columns_per_tile,
                                               Body&& body) {
   const int64_t num_padded = *a.num_pairs_post_padded;
   const int64_t column_tiles = (a.out_columns + columns_per_tile - 1) / columns_per_tile;
   const int64_t num_tiles = a.max_blocks * column_tiles;
-  for (int64_t tile = blockIdx.x / kCluster; tile < num_tiles; tile += gridDim.x / kCluster) {
+  for (int64_t tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
     const int64_t block = tile / column_tiles;
-    if (block * kAlignedRows >= num_padded) return;
+    if (block * a.block_m >= num_padded) return;
     const int32_t expert = a.expert_ids[block];
     if (expert < 0 || expert >= a.num_local_experts) continue;
     body(block, expert, (tile % column_tiles) * columns_per_tile);
@@ -199,21 +167,17 @@ __device__ __forceinline__ void for_each_tile(const GroupedGemmArgs& a, int64_t 
 }
 #endif
 
-// kCluster 2: the pair of thread blocks described above (kBlockM 128 each, aligned blocks of 256).
-template <int kBlockM, bool kGated, int kCluster>
-__global__ void __launch_bounds__(kThreads, 1)
+// kEager: plan kernel "tma_eager" (above).
+template <int kBlockM, bool kGated, bool kEager>
+__global__ void __launch_bounds__(TmaTile<kBlockM>::kThreads, 1)
     tma_kernel(const __grid_constant__ CUtensorMap weight_map, GroupedGemmArgs a) {
 #ifdef MOE_HAS_WGMMA
   using Tile = TmaTile<kBlockM>;
-  static_assert(kCluster == 1 || (kCluster == 2 && kBlockM == 128), "pairs of 128-row halves");
   constexpr int kStages = Tile::kStages;
-  constexpr int kAlignedRows = kBlockM * kCluster;
-  // This thread block's rows within the aligned block.
-  const int64_t rows_before = kCluster == 1 ? 0 : int64_t{kBlockM} * cluster_rank();
   constexpr int64_t kColumnsPerTile = kGated ? kTileN / 2 : kTileN;
   extern __shared__ unsigned char shared_raw[];
   __shared__ __align__(8) uint64_t full[kStages];   // stage landed: A copies and B bytes
-  __shared__ __align__(8) uint64_t empty[kStages];  // stage read by both consumer warpgroups
+  __shared__ __align__(8) uint64_t empty[kStages];  // stage read by every consumer warp
   // TMA's swizzle and the wgmma descriptors both assume 1024-byte aligned tiles.
   const uint32_t base = (shared_address(shared_raw) + 1023) & ~1023u;
   const uint32_t full_base = shared_address(full), empty_base = shared_address(empty);
@@ -224,20 +188,14 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int s = 0; s < kStages; ++s) {
       // Every producer thread's cp.async arrival, plus the arrival carrying the TMA bytes.
       barrier_init(full_barrier(s), kProducerThreads + 1);
-      barrier_init(empty_barrier(s), kConsumerWarps * kCluster);  // both blocks' consumers
+      barrier_init(empty_barrier(s), Tile::kConsumerWarps);
     }
     // The barriers are written through the generic proxy; TMA completes them through the async
     // proxy.
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     fence_proxy_async_shared();
   }
-  // NOTE: a pair's multicasts and arrivals reach the other block's barriers, so both must have
-  // initialized theirs first; at the end neither may exit while the other can still reach it.
-  if constexpr (kCluster == 1) {
-    __syncthreads();
-  } else {
-    cluster_sync();
-  }
+  __syncthreads();
 
   const int64_t K = a.k_dim, columns = a.out_columns;
   const int k_tiles = static_cast<int>((K + kTileK - 1) / kTileK);
@@ -245,7 +203,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   if (threadIdx.x < kProducerThreads) {
     // ---- Producer: weight boxes by TMA (thread 0), input rows by cp.async (all 128). ----
-    shrink_registers<kProducerRegisters>();
+    shrink_registers<Tile::kProducerRegisters>();
     const int t = threadIdx.x;
     if (t == 0) {
       asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&weight_map))
@@ -254,163 +212,144 @@ __global__ void __launch_bounds__(kThreads, 1)
     const auto* input = static_cast<const __nv_bfloat16*>(a.input);
     // Eight threads per row, one 16-byte chunk each: a warp copies four whole 128-byte rows.
     const int chunk = t % 8;
-    for_each_tile<kAlignedRows, kCluster>(
-        a, kColumnsPerTile, [&](int64_t block, int32_t expert, int64_t first_column) {
-          int32_t source_row[Tile::kRowsPerProducer];  // input row of tile row t / 8 + 16 i, or -1
+    for_each_tile(a, kColumnsPerTile, [&](int64_t block, int32_t expert, int64_t first_column) {
+      int32_t source_row[Tile::kRowsPerProducer];  // input row of tile row t / 8 + 16 i, or -1
 #pragma unroll
-          for (int i = 0; i < Tile::kRowsPerProducer; ++i) {
-            const int64_t pair =
-                a.sorted_pair_ids[block * kAlignedRows + rows_before + t / 8 + 16 * i];
-            source_row[i] =
-                pair >= 0 && pair < a.num_pairs ? static_cast<int32_t>(pair / a.row_divisor) : -1;
-          }
-          for (int kt = 0; kt < k_tiles; ++kt, ring.advance()) {
-            // First use of each stage: parity 1 names the phase before the barrier's first, which
-            // counts as complete, so the wait returns at once.
-            barrier_wait(empty_barrier(ring.stage), ring.phase ^ 1);
-            const uint32_t a_stage = base + ring.stage * Tile::kStageBytes;
-            const uint32_t b_stage = a_stage + Tile::kABytes;
-            const int k0 = kt * kTileK;
-            if (t == 0) {
-              barrier_arrive_expect_bytes(full_barrier(ring.stage), Tile::kBBytes);
-              // A pair: this block loads boxes [rank * 2, rank * 2 + 2) for both blocks.
-              constexpr int kBoxes = kTileN / kBoxRows / kCluster;
-              const int first_box = kCluster == 1 ? 0 : kBoxes * static_cast<int>(cluster_rank());
+      for (int i = 0; i < Tile::kRowsPerProducer; ++i) {
+        const int64_t pair = a.sorted_pair_ids[block * kBlockM + t / 8 + 16 * i];
+        source_row[i] =
+            pair >= 0 && pair < a.num_pairs ? static_cast<int32_t>(pair / a.row_divisor) : -1;
+      }
+      for (int kt = 0; kt < k_tiles; ++kt, ring.advance()) {
+        // First use of each stage: parity 1 names the phase before the barrier's first, which
+        // counts as complete, so the wait returns at once.
+        barrier_wait(empty_barrier(ring.stage), ring.phase ^ 1);
+        const uint32_t a_stage = base + ring.stage * Tile::kStageBytes;
+        const uint32_t b_stage = a_stage + Tile::kABytes;
+        const int k0 = kt * kTileK;
+        if (t == 0) {
+          barrier_arrive_expect_bytes(full_barrier(ring.stage), Tile::kBBytes);
 #pragma unroll
-              for (int box = first_box; box < first_box + kBoxes; ++box) {
-                // Tile row j = box * 64 of consumer warpgroup j / kWarpGroupN; gated: its first
-                // half are gate rows (row = column), its second half the matching up rows (I +
-                // column).
-                const int j = box * kBoxRows;
-                int64_t row = first_column + j;
-                if constexpr (kGated) {
-                  constexpr int kHalf = Tile::kWarpGroupN / 2;
-                  const int within = j % Tile::kWarpGroupN;
-                  row = first_column + (j / Tile::kWarpGroupN) * kHalf + within % kHalf +
-                        (within >= kHalf ? columns : 0);
-                }
-                if constexpr (kCluster == 1) {
-                  load_weight_box(b_stage + j * kRowBytes, &weight_map, k0, static_cast<int>(row),
-                                  expert, full_barrier(ring.stage));
-                } else {
-                  multicast_weight_box(b_stage + j * kRowBytes, &weight_map, k0,
-                                       static_cast<int>(row), expert, full_barrier(ring.stage),
-                                       (1u << kCluster) - 1);
-                }
-              }
+          for (int j = 0; j < kTileN; j += kBoxRows) {
+            // Tile row j of consumer warpgroup j / kWarpGroupN; gated: its first half are gate
+            // rows (row = column), its second half the matching up rows (I + column).
+            int64_t row = first_column + j;
+            if constexpr (kGated) {
+              constexpr int kHalf = Tile::kWarpGroupN / 2;
+              const int within = j % Tile::kWarpGroupN;
+              row = first_column + (j / Tile::kWarpGroupN) * kHalf + within % kHalf +
+                    (within >= kHalf ? columns : 0);
             }
-#pragma unroll
-            for (int i = 0; i < Tile::kRowsPerProducer; ++i) {
-              const int r = t / 8 + 16 * i;
-              const int64_t k = k0 + chunk * 8;
-              const bool valid = source_row[i] >= 0 && k < K;
-              copy16_async(a_stage + swizzled_chunk_offset(r, chunk),
-                           valid ? input + source_row[i] * K + k : input, valid);
-            }
-            barrier_arrive_after_copies(full_barrier(ring.stage));
+            load_weight_box(b_stage + j * kRowBytes, &weight_map, k0, static_cast<int>(row), expert,
+                            full_barrier(ring.stage));
           }
-        });
-    if constexpr (kCluster > 1) cluster_sync();
+        }
+#pragma unroll
+        for (int i = 0; i < Tile::kRowsPerProducer; ++i) {
+          const int r = t / 8 + 16 * i;
+          const int64_t k = k0 + chunk * 8;
+          const bool valid = source_row[i] >= 0 && k < K;
+          copy16_async(a_stage + swizzled_chunk_offset(r, chunk),
+                       valid ? input + source_row[i] * K + k : input, valid);
+        }
+        barrier_arrive_after_copies(full_barrier(ring.stage));
+      }
+    });
     return;
   }
 
   // ---- Consumers: wgmma on each landed stage, then the epilogue of the tile. ----
-  grow_registers<kConsumerRegisters>();
+  grow_registers<Tile::kConsumerRegisters>();
   const int warp_group = (threadIdx.x - kProducerThreads) / 128;  // 0 or 1
   const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
   constexpr bool kSplitRows = Tile::kSplitN == 1;
-  const uint32_t a_offset = kSplitRows ? warp_group * kWarpGroupRows * kRowBytes : 0;
+  const uint32_t a_offset = kSplitRows ? warp_group * Tile::kWarpGroupRows * kRowBytes : 0;
   const uint32_t b_offset = kSplitRows ? 0 : warp_group * Tile::kWarpGroupN * kRowBytes;
   // Accumulator i of a thread: row 16 * warp + lane / 4 (+ 8 for i % 4 >= 2), column
   // 8 * (i / 4) + 2 * (lane % 4) + i % 2, within this warpgroup's 64 x kWarpGroupN tile.
-  const int first_row = (kSplitRows ? warp_group * kWarpGroupRows : 0) + warp * 16 + lane / 4;
+  const int first_row = (kSplitRows ? warp_group * Tile::kWarpGroupRows : 0) + warp * 16 + lane / 4;
   constexpr int kWarpGroupColumns = kGated ? Tile::kWarpGroupN / 2 : Tile::kWarpGroupN;
   const int64_t column_offset = (kSplitRows ? 0 : warp_group * kWarpGroupColumns) + (lane % 4) * 2;
   auto* out = static_cast<__nv_bfloat16*>(a.out);
   const bool paired_stores = columns % 2 == 0;
   float acc[Tile::kWarpGroupN / 2];
 
-  // Frees a stage: one arrival per consumer warp on the `empty` barrier of every block of the
-  // cluster (their producers multicast into this block's copy of the stage too).
+  // Frees a stage: one arrival per consumer warp.
   auto free_stage = [&](int stage) {
-    if (lane != 0) return;
-    if constexpr (kCluster == 1) {
-      barrier_arrive(empty_barrier(stage));
-    } else {
-#pragma unroll
-      for (uint32_t rank = 0; rank < kCluster; ++rank) {
-        barrier_arrive_in(empty_barrier(stage), rank);
-      }
-    }
+    if (lane == 0) barrier_arrive(empty_barrier(stage));
   };
 
-  for_each_tile<kAlignedRows, kCluster>(
-      a, kColumnsPerTile, [&](int64_t block, int32_t /*expert*/, int64_t first_column) {
-        // The epilogue's rows, read now so the loads hide behind the mainloop.
-        int32_t pair[2];
-        float scale[2];
+  for_each_tile(a, kColumnsPerTile, [&](int64_t block, int32_t /*expert*/, int64_t first_column) {
+    // The epilogue's rows, read now so the loads hide behind the mainloop.
+    int32_t pair[2];
+    float scale[2];
 #pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const int32_t p =
-              a.sorted_pair_ids[block * kAlignedRows + rows_before + first_row + half * 8];
-          pair[half] = p >= 0 && p < a.num_pairs ? p : -1;
-          scale[half] =
-              (!kGated && a.topk_weights != nullptr && pair[half] >= 0) ? a.topk_weights[p] : 1.0f;
-        }
+    for (int half = 0; half < 2; ++half) {
+      const int32_t p = a.sorted_pair_ids[block * kBlockM + first_row + half * 8];
+      pair[half] = p >= 0 && p < a.num_pairs ? p : -1;
+      scale[half] =
+          (!kGated && a.topk_weights != nullptr && pair[half] >= 0) ? a.topk_weights[p] : 1.0f;
+    }
 
-        int previous_stage = 0;
-        for (int kt = 0; kt < k_tiles; ++kt, ring.advance()) {
-          barrier_wait(full_barrier(ring.stage), ring.phase);
-          // The A rows came through cp.async (generic proxy); wgmma reads through the async proxy.
-          fence_proxy_async_shared();
-          const uint32_t a_tile = base + ring.stage * Tile::kStageBytes + a_offset;
-          const uint32_t b_tile = base + ring.stage * Tile::kStageBytes + Tile::kABytes + b_offset;
-          wgmma_fence();
+    int previous_stage = 0;
+    for (int kt = 0; kt < k_tiles; ++kt, ring.advance()) {
+      barrier_wait(full_barrier(ring.stage), ring.phase);
+      // The A rows came through cp.async (generic proxy); wgmma reads through the async proxy.
+      fence_proxy_async_shared();
+      const uint32_t a_tile = base + ring.stage * Tile::kStageBytes + a_offset;
+      const uint32_t b_tile = base + ring.stage * Tile::kStageBytes + Tile::kABytes + b_offset;
+      wgmma_fence();
 #pragma unroll
-          for (int kk = 0; kk < kTileK / 16; ++kk) {
-            // Within the swizzled 128-byte row, step k16 is 32 bytes further. The first step of a
-            // tile overwrites the accumulators.
-            const bool accumulate = kt > 0 || kk > 0;
-            if constexpr (Tile::kWarpGroupN == 256) {
-              wgmma_m64n256k16(acc, wgmma_descriptor(a_tile + kk * 32),
-                               wgmma_descriptor(b_tile + kk * 32), accumulate);
-            } else {
-              wgmma_m64n128k16(acc, wgmma_descriptor(a_tile + kk * 32),
-                               wgmma_descriptor(b_tile + kk * 32), accumulate);
-            }
-          }
-          wgmma_commit();
-          // The group of the previous stage has retired once at most this one is running: free it.
-          wgmma_wait<1>();
-          if (kt > 0) free_stage(previous_stage);
-          previous_stage = ring.stage;
+      for (int kk = 0; kk < kTileK / 16; ++kk) {
+        // Within the swizzled 128-byte row, step k16 is 32 bytes further. The first step of a
+        // tile overwrites the accumulators.
+        const bool accumulate = kt > 0 || kk > 0;
+        if constexpr (Tile::kWarpGroupN == 256) {
+          wgmma_m64n256k16(acc, wgmma_descriptor(a_tile + kk * 32),
+                           wgmma_descriptor(b_tile + kk * 32), accumulate);
+        } else {
+          wgmma_m64n128k16(acc, wgmma_descriptor(a_tile + kk * 32),
+                           wgmma_descriptor(b_tile + kk * 32), accumulate);
         }
+      }
+      wgmma_commit();
+      if constexpr (kEager) {
         wgmma_wait<0>();
-        free_stage(previous_stage);
+        free_stage(ring.stage);
+      } else {
+        // The group of the previous stage has retired once at most this one is running: free it.
+        wgmma_wait<1>();
+        if (kt > 0) free_stage(previous_stage);
+        previous_stage = ring.stage;
+      }
+    }
+    if constexpr (!kEager) {
+      wgmma_wait<0>();
+      free_stage(previous_stage);
+    }
 
-        constexpr int kOutChunks = kWarpGroupColumns / 8;
+    constexpr int kOutChunks = kWarpGroupColumns / 8;
 #pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          if (pair[half] < 0) continue;
-          __nv_bfloat16* out_row = out + static_cast<int64_t>(pair[half]) * columns;
+    for (int half = 0; half < 2; ++half) {
+      if (pair[half] < 0) continue;
+      __nv_bfloat16* out_row = out + static_cast<int64_t>(pair[half]) * columns;
 #pragma unroll
-          for (int n = 0; n < kOutChunks; ++n) {
-            const int64_t column = first_column + column_offset + n * 8;
-            float v[2];
+      for (int n = 0; n < kOutChunks; ++n) {
+        const int64_t column = first_column + column_offset + n * 8;
+        float v[2];
 #pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              const float x = acc[n * 4 + half * 2 + e];
-              if constexpr (kGated) {
-                v[e] = silu(x) * acc[(n + kOutChunks) * 4 + half * 2 + e];
-              } else {
-                v[e] = x * scale[half];
-              }
-            }
-            store_bf16_pair(out_row, column, columns, paired_stores, v[0], v[1]);
+        for (int e = 0; e < 2; ++e) {
+          const float x = acc[n * 4 + half * 2 + e];
+          if constexpr (kGated) {
+            v[e] = silu(x) * acc[(n + kOutChunks) * 4 + half * 2 + e];
+          } else {
+            v[e] = x * scale[half];
           }
         }
-      });
-  if constexpr (kCluster > 1) cluster_sync();
+        store_bf16_pair(out_row, column, columns, paired_stores, v[0], v[1]);
+      }
+    }
+  });
 #endif
 }
 
@@ -455,11 +394,10 @@ CUtensorMap weight_tensor_map(const GroupedGemmArgs& a) {
   return map;
 }
 
-// kCluster 2 launches clusters of two thread blocks, as many pairs as the GPU holds at once.
-template <int kBlockM, bool kGated, int kCluster>
+template <int kBlockM, bool kGated, bool kEager>
 void launch(const GroupedGemmArgs& args, cudaStream_t stream) {
   using Tile = TmaTile<kBlockM>;
-  constexpr auto kernel = tma_kernel<kBlockM, kGated, kCluster>;
+  constexpr auto kernel = tma_kernel<kBlockM, kGated, kEager>;
   allow_shared_bytes<kernel>(Tile::kSharedBytes, "cudaFuncSetAttribute(tma_kernel)");
   int device = 0, multiprocessors = 0;
   check(cudaGetDevice(&device), "cudaGetDevice");
@@ -468,48 +406,28 @@ void launch(const GroupedGemmArgs& args, cudaStream_t stream) {
   const int64_t columns_per_tile = kGated ? kTileN / 2 : kTileN;
   const int64_t tiles =
       args.max_blocks * ((args.out_columns + columns_per_tile - 1) / columns_per_tile);
+  const auto blocks =
+      static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(tiles, multiprocessors)));
+  kernel<<<blocks, Tile::kThreads, Tile::kSharedBytes, stream>>>(weight_tensor_map(args), args);
+}
 
-  cudaLaunchConfig_t config = {};
-  cudaLaunchAttribute cluster = {};
-  cluster.id = cudaLaunchAttributeClusterDimension;
-  cluster.val.clusterDim.x = kCluster;
-  cluster.val.clusterDim.y = 1;
-  cluster.val.clusterDim.z = 1;
-  config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = Tile::kSharedBytes;
-  config.stream = stream;
-  config.attrs = &cluster;
-  config.numAttrs = kCluster > 1 ? 1 : 0;
-  int64_t clusters = multiprocessors / kCluster;
-  if constexpr (kCluster > 1) {
-    // Not every multiprocessor can pair up (odd counts per GPC), so ask how many clusters fit.
-    config.gridDim = dim3(static_cast<unsigned>(clusters * kCluster));
-    int active = 0;
-    check(cudaOccupancyMaxActiveClusters(&active, kernel, &config),
-          "cudaOccupancyMaxActiveClusters(tma_kernel)");
-    if (active > 0) clusters = active;
-  }
-  clusters = std::max<int64_t>(1, std::min(tiles, clusters));
-  config.gridDim = dim3(static_cast<unsigned>(clusters * kCluster));
-  check(cudaLaunchKernelEx(&config, kernel, weight_tensor_map(args), args),
-        "cudaLaunchKernelEx(tma_kernel)");
+template <int kBlockM, bool kEager>
+void launch_gated_or_not(bool gated, const GroupedGemmArgs& args, cudaStream_t stream) {
+  gated ? launch<kBlockM, true, kEager>(args, stream)
+        : launch<kBlockM, false, kEager>(args, stream);
 }
 
 }  // namespace
 
-void tma_grouped_gemm(bool gated, const GroupedGemmArgs& args, cudaStream_t stream) {
+void tma_grouped_gemm(bool gated, bool eager, const GroupedGemmArgs& args, cudaStream_t stream) {
   // 128 rows: half the input traffic per flop; 64 rows, for experts with fewer pairs: less padding
-  // computed; 256 rows as a pair of 128-row blocks: a third less L2 traffic, more padding.
-  switch (args.block_m) {
-    case 64:
-      gated ? launch<64, true, 1>(args, stream) : launch<64, false, 1>(args, stream);
-      break;
-    case 128:
-      gated ? launch<128, true, 1>(args, stream) : launch<128, false, 1>(args, stream);
-      break;
-    default:
-      gated ? launch<128, true, 2>(args, stream) : launch<128, false, 2>(args, stream);
-      break;
+  // computed.
+  if (args.block_m == 64) {
+    eager ? launch_gated_or_not<64, true>(gated, args, stream)
+          : launch_gated_or_not<64, false>(gated, args, stream);
+  } else {
+    eager ? launch_gated_or_not<128, true>(gated, args, stream)
+          : launch_gated_or_not<128, false>(gated, args, stream);
   }
   check_launch("grouped_gemm (tma)");
 }

@@ -70,7 +70,8 @@ std::vector<cuda::ExpertsPlan> candidate_plans(const ExpertsProblem& problem) {
       plans.push_back({cuda::GemmKernel::kMma, block_m, false});
     }
     if (cuda::wgmma_available()) {
-      for (const cuda::GemmKernel kernel : {cuda::GemmKernel::kWgmma, cuda::GemmKernel::kTma}) {
+      for (const cuda::GemmKernel kernel :
+           {cuda::GemmKernel::kWgmma, cuda::GemmKernel::kTma, cuda::GemmKernel::kTmaEager}) {
         for (int64_t block_m : {64, 128}) plans.push_back({kernel, block_m, false});
       }
     }
