@@ -16,6 +16,7 @@
 
 #include "kernels/cuda/align_block_size.h"
 #include "kernels/cuda/check.h"
+#include "kernels/cuda/shared_memory_limit.cuh"
 
 namespace moe::cuda {
 namespace {
@@ -250,19 +251,6 @@ __global__ void tiny_kernel(AlignArgs a) {
   a.expert_ids[p] = (id >= 0 && id < a.num_experts) ? local_expert(a, id) : -1;
 }
 
-// Raises kKernel's dynamic shared-memory limit to what the most experts need, on its first launch
-// only (a kernel attribute, so one static per kernel).
-template <auto kKernel>
-void allow_shared(size_t bytes, const char* name) {
-  static const bool allowed = [bytes, name] {
-    check(cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               static_cast<int>(bytes)),
-          name);
-    return true;
-  }();
-  (void)allowed;
-}
-
 }  // namespace
 
 // An upper bound of the segments of any batch up to num_pairs (the count itself is not monotonic
@@ -281,9 +269,10 @@ void align_block_size(const AlignArgs& args, cudaStream_t stream) {
   if (args.num_pairs <= kSingleBlockPairs && E <= kSingleBlockExperts) {
     const size_t bytes = static_cast<size_t>(kScanThreads / kWarp * E) * sizeof(int32_t) +
                          scan_shared_bytes(E, kScanThreads);
-    allow_shared<single_block_kernel>(static_cast<size_t>(kRowInts) * sizeof(int32_t) +
-                                          scan_shared_bytes(kSingleBlockExperts, kScanThreads),
-                                      "cudaFuncSetAttribute(align single_block_kernel)");
+    allow_shared_bytes<single_block_kernel>(
+        static_cast<size_t>(kRowInts) * sizeof(int32_t) +
+            scan_shared_bytes(kSingleBlockExperts, kScanThreads),
+        "cudaFuncSetAttribute(align single_block_kernel)");
     single_block_kernel<<<1, kScanThreads, bytes, stream>>>(args, seg);
     check_launch("align_block_size");
     return;
@@ -294,8 +283,8 @@ void align_block_size(const AlignArgs& args, cudaStream_t stream) {
   count_kernel<<<blocks, rows * kWarp, row_bytes, stream>>>(args, seg);
   check_launch("align_block_size (count)");
   const size_t scan_bytes = scan_shared_bytes(E, kScanThreads);
-  allow_shared<scan_kernel>(scan_shared_bytes(kMaxAlignExperts, kScanThreads),
-                            "cudaFuncSetAttribute(align scan_kernel)");
+  allow_shared_bytes<scan_kernel>(scan_shared_bytes(kMaxAlignExperts, kScanThreads),
+                                  "cudaFuncSetAttribute(align scan_kernel)");
   scan_kernel<<<1, kScanThreads, scan_bytes, stream>>>(args, seg);
   check_launch("align_block_size (scan)");
   scatter_kernel<<<blocks, rows * kWarp, row_bytes, stream>>>(args, seg);

@@ -181,15 +181,13 @@ void launch(const GroupedGemmArgs& args, cudaStream_t stream) {
 
 }  // namespace
 
+// Asked on every call, not cached: a process may drive GPUs of different kinds.
 bool wgmma_available() {
-  static const bool available = [] {
-    int device = 0, major = 0, minor = 0;
-    if (cudaGetDevice(&device) != cudaSuccess) return false;
-    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
-    return major == 9 && minor == 0;
-  }();
-  return available;
+  int device = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return false;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+  return major == 9 && minor == 0;
 }
 
 void wgmma_grouped_gemm(bool gated, const GroupedGemmArgs& args, cudaStream_t stream) {

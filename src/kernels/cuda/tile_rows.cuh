@@ -9,6 +9,7 @@
 
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/grouped_gemm.h"
+#include "kernels/cuda/shared_memory_limit.cuh"
 
 namespace moe::cuda {
 
@@ -53,19 +54,6 @@ __device__ __forceinline__ void store_bf16_pair(__nv_bfloat16* row, int64_t colu
     if (column < columns) destination[0] = __float2bfloat16(v0);
     if (column + 1 < columns) destination[1] = __float2bfloat16(v1);
   }
-}
-
-// Raises kKernel's dynamic shared-memory limit to `bytes`, on its first launch only (a kernel
-// attribute, so one static per kernel instantiation).
-template <auto kKernel>
-void allow_shared_bytes(size_t bytes, const char* kernel_name) {
-  static const bool allowed = [bytes, kernel_name] {
-    check(cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               static_cast<int>(bytes)),
-          kernel_name);
-    return true;
-  }();
-  (void)allowed;
 }
 
 // One thread block per (aligned block, column tile): x walks the max_blocks aligned blocks (those
