@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "moe/communicator.h"
+#include "parallel/cuda/ep_kernels.h"
 #include "parallel/cuda/ep_status.h"
 
 namespace moe::cuda::ep {
@@ -29,6 +30,25 @@ struct TokensIn {
   const float* topk_weights = nullptr;  // [M, k]
   int64_t num_tokens = 0;
 };
+
+// The dispatch kernel's arguments that both paths fill alike; the destinations and the scratch
+// are each path's own.
+inline DispatchSendArgs dispatch_send_args(const TokensIn& in, const PathShape& shape,
+                                           int64_t capacity) {
+  DispatchSendArgs send;
+  send.hidden = in.hidden;
+  send.topk_ids = in.topk_ids;
+  send.topk_weights = in.topk_weights;
+  send.rank_of_expert = shape.rank_of_expert;
+  send.num_tokens = in.num_tokens;
+  send.hidden_size = shape.hidden_size;
+  send.top_k = shape.top_k;
+  send.num_experts = shape.num_experts;
+  send.num_ranks = shape.num_ranks;
+  send.rank = shape.rank;
+  send.capacity = capacity;
+  return send;
+}
 
 // Where the experts read and write: rows [num_rows, H] with their ids and weights [num_rows, k]
 // (ids of slots without a row are -1), partial [num_rows, H] for the experts' sums.

@@ -89,18 +89,7 @@ class HighThroughputPath : public DataPath {
     grown<int32_t>(recv_ids_, block_rows * k);
     grown<float>(recv_weights_, block_rows * k);
 
-    DispatchSendArgs send;
-    send.hidden = in.hidden;
-    send.topk_ids = in.topk_ids;
-    send.topk_weights = in.topk_weights;
-    send.rank_of_expert = shape_.rank_of_expert;
-    send.num_tokens = in.num_tokens;
-    send.hidden_size = H;
-    send.top_k = k;
-    send.num_experts = shape_.num_experts;
-    send.num_ranks = N;
-    send.rank = me;
-    send.capacity = block_rows;
+    DispatchSendArgs send = dispatch_send_args(in, shape_, block_rows);
     for (int d = 0; d < N; ++d) {
       const bool own = d == me;
       send.dest_rows[d] = own ? recv_rows_.data() : rows + d * block_rows * H;

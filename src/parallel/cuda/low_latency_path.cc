@@ -71,18 +71,7 @@ class LowLatencyPath : public DataPath {
   void dispatch(const TokensIn& in, cudaStream_t stream) override {
     const int N = shape_.num_ranks, me = shape_.rank;
     const int64_t C = capacity_, H = shape_.hidden_size, k = shape_.top_k;
-    DispatchSendArgs send;
-    send.hidden = in.hidden;
-    send.topk_ids = in.topk_ids;
-    send.topk_weights = in.topk_weights;
-    send.rank_of_expert = shape_.rank_of_expert;
-    send.num_tokens = in.num_tokens;
-    send.hidden_size = H;
-    send.top_k = k;
-    send.num_experts = shape_.num_experts;
-    send.num_ranks = N;
-    send.rank = me;
-    send.capacity = C;
+    DispatchSendArgs send = dispatch_send_args(in, shape_, C);
     for (int d = 0; d < N; ++d) {
       void* peer = buffers_.of_rank(d);
       send.dest_rows[d] = at<uint16_t>(peer, layout_.rows) + me * C * H;
