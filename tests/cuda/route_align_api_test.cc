@@ -11,14 +11,17 @@
 #include "common/expect_error.h"
 #include "common/random_tensors.h"
 #include "cuda/device_tensor.h"
+#include "cuda/routing_configs.h"
 #include "moe/align.h"
 #include "moe/routing.h"
 
 namespace moe {
 namespace {
 
+using testing::deepseek_routing;
 using testing::DeviceTensor;
 using testing::expect_error;
+using testing::softmax_routing;
 
 struct RouteCase {
   const char* name;
@@ -26,24 +29,6 @@ struct RouteCase {
   DType dtype;
   bool router_bias = false;
 };
-
-RoutingConfig softmax(int64_t E, int64_t k, bool renormalize) {
-  RoutingConfig c;
-  c.num_experts = E;
-  c.top_k = k;
-  c.renormalize = renormalize;
-  return c;
-}
-
-RoutingConfig deepseek(int64_t E, int64_t k, int64_t groups, int64_t topk_groups) {
-  RoutingConfig c = softmax(E, k, true);
-  c.scoring = ScoringFunc::kSigmoid;
-  c.num_groups = groups;
-  c.topk_groups = topk_groups;
-  c.has_correction_bias = true;
-  c.routed_scaling_factor = 2.5f;
-  return c;
-}
 
 // Largest error of an f32 logit, summed in any order: H roundings of at most eps * sum |x w|.
 double logit_error_bound(const Tensor& hidden, const Tensor& router) {
@@ -66,10 +51,10 @@ class CudaRouteApi : public testing::GpuTest {};
 
 TEST_F(CudaRouteApi, MatchesTheCpuBackend) {
   const RouteCase cases[] = {
-      {"qwen3 bf16", softmax(128, 8, true), DType::kBF16},
-      {"mixtral f32", softmax(8, 2, true), DType::kF32},
-      {"deepseek-v3 bf16", deepseek(64, 6, 8, 3), DType::kBF16},
-      {"gpt-oss f32", softmax(32, 4, true), DType::kF32, true},
+      {"qwen3 bf16", softmax_routing(128, 8, true), DType::kBF16},
+      {"mixtral f32", softmax_routing(8, 2, true), DType::kF32},
+      {"deepseek-v3 bf16", deepseek_routing(64, 6, 8, 3), DType::kBF16},
+      {"gpt-oss f32", softmax_routing(32, 4, true), DType::kF32, true},
   };
   constexpr int64_t H = 96;
   for (const RouteCase& rc : cases) {
@@ -135,7 +120,7 @@ TEST_F(CudaRouteApi, MatchesTheCpuBackend) {
 }
 
 TEST_F(CudaRouteApi, BadInputIsRefusedBeforeLaunch) {
-  const RoutingConfig config = softmax(16, 2, true);
+  const RoutingConfig config = softmax_routing(16, 2, true);
   const Tensor hidden = testing::random_normal(DType::kBF16, {4, 32}, 1);
   const Tensor router = testing::random_normal(DType::kBF16, {16, 32}, 2);
   const Tensor hidden_f16 = testing::random_normal(DType::kF16, {4, 32}, 3);
@@ -157,7 +142,7 @@ TEST_F(CudaRouteApi, BadInputIsRefusedBeforeLaunch) {
   expect_error([&] { route(config, d_hidden, d_router, {}, ids, weights, {}, Backend::kCpu); },
                {"backend", "GPU", "cpu"});
   expect_error([&] { route(config, d_hidden, d_router); }, {"hidden", "allocating route()"});
-  RoutingConfig many = softmax(600, 2, true);
+  RoutingConfig many = softmax_routing(600, 2, true);
   const Tensor router600 = testing::random_normal(DType::kBF16, {600, 32}, 5);
   DeviceTensor d_router600(router600);
   expect_error([&] { route(many, d_hidden, d_router600, {}, ids, weights); },

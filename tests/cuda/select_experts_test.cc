@@ -9,13 +9,16 @@
 
 #include "common/random_tensors.h"
 #include "cuda/device_tensor.h"
+#include "cuda/routing_configs.h"
 #include "kernels/cuda/routing.h"
 #include "moe/routing.h"
 
 namespace moe {
 namespace {
 
+using testing::deepseek_routing;
 using testing::DeviceTensor;
+using testing::softmax_routing;
 
 struct SelectCase {
   const char* name;
@@ -23,42 +26,24 @@ struct SelectCase {
   bool router_bias = false;
 };
 
-RoutingConfig softmax(int64_t E, int64_t k, bool renormalize) {
-  RoutingConfig c;
-  c.num_experts = E;
-  c.top_k = k;
-  c.renormalize = renormalize;
-  return c;
-}
-
-RoutingConfig deepseek(int64_t E, int64_t k, int64_t groups, int64_t topk_groups) {
-  RoutingConfig c = softmax(E, k, true);
-  c.scoring = ScoringFunc::kSigmoid;
-  c.num_groups = groups;
-  c.topk_groups = topk_groups;
-  c.has_correction_bias = true;
-  c.routed_scaling_factor = 2.5f;
-  return c;
-}
-
 class CudaSelectExperts : public testing::GpuTest {};
 
 TEST_F(CudaSelectExperts, MatchesTheCpuOnEveryVariant) {
-  RoutingConfig v2 = deepseek(64, 6, 8, 3);
+  RoutingConfig v2 = deepseek_routing(64, 6, 8, 3);
   v2.has_correction_bias = false;  // DeepSeek-V2: group score is its best expert
-  RoutingConfig llama4 = softmax(16, 1, false);
+  RoutingConfig llama4 = softmax_routing(16, 1, false);
   llama4.scoring = ScoringFunc::kSigmoid;
   const SelectCase cases[] = {
-      {"qwen3", softmax(128, 8, true)},
-      {"qwen2", softmax(60, 4, false)},
-      {"mixtral", softmax(8, 2, true)},
-      {"deepseek-v3", deepseek(256, 8, 8, 4)},
+      {"qwen3", softmax_routing(128, 8, true)},
+      {"qwen2", softmax_routing(60, 4, false)},
+      {"mixtral", softmax_routing(8, 2, true)},
+      {"deepseek-v3", deepseek_routing(256, 8, 8, 4)},
       {"deepseek-v2", v2},
       {"llama4", llama4},
-      {"gpt-oss", softmax(32, 4, true), true},
-      {"odd", softmax(97, 16, true)},
-      {"max", softmax(512, 16, false)},
-      {"one", softmax(1, 1, true)},
+      {"gpt-oss", softmax_routing(32, 4, true), true},
+      {"odd", softmax_routing(97, 16, true)},
+      {"max", softmax_routing(512, 16, false)},
+      {"one", softmax_routing(1, 1, true)},
   };
   for (const SelectCase& sc : cases) {
     for (int64_t M : {0, 1, 7, 300}) {
