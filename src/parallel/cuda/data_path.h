@@ -12,6 +12,7 @@
 #include "moe/communicator.h"
 #include "parallel/cuda/ep_kernels.h"
 #include "parallel/cuda/ep_status.h"
+#include "parallel/cuda/step_scratch.h"
 
 namespace moe::cuda::ep {
 
@@ -31,10 +32,10 @@ struct TokensIn {
   int64_t num_tokens = 0;
 };
 
-// The dispatch kernel's arguments that both paths fill alike; the destinations and the scratch
-// are each path's own.
+// The dispatch kernel's arguments that both paths fill alike, its scratch from the path's
+// StepScratch (slot_of grown to in.num_tokens); the destinations are each path's own.
 inline DispatchSendArgs dispatch_send_args(const TokensIn& in, const PathShape& shape,
-                                           int64_t capacity) {
+                                           int64_t capacity, StepScratch& scratch) {
   DispatchSendArgs send;
   send.hidden = in.hidden;
   send.topk_ids = in.topk_ids;
@@ -47,6 +48,12 @@ inline DispatchSendArgs dispatch_send_args(const TokensIn& in, const PathShape& 
   send.num_ranks = shape.num_ranks;
   send.rank = shape.rank;
   send.capacity = capacity;
+  send.send_counters = scratch.send_counters();
+  send.blocks_done = scratch.dispatch_done();
+  send.step = scratch.step();
+  send.slot_of = scratch.slot_of(in.num_tokens);
+  send.sent_counts = scratch.sent_counts();
+  send.status = scratch.status();
   return send;
 }
 

@@ -89,7 +89,7 @@ class HighThroughputPath : public DataPath {
     grown<int32_t>(recv_ids_, block_rows * k);
     grown<float>(recv_weights_, block_rows * k);
 
-    DispatchSendArgs send = dispatch_send_args(in, shape_, block_rows);
+    DispatchSendArgs send = dispatch_send_args(in, shape_, block_rows, scratch_);
     for (int d = 0; d < N; ++d) {
       const bool own = d == me;
       send.dest_rows[d] = own ? recv_rows_.data() : rows + d * block_rows * H;
@@ -97,14 +97,8 @@ class HighThroughputPath : public DataPath {
       send.dest_weights[d] =
           own ? static_cast<float*>(recv_weights_.data()) : weights + d * block_rows * k;
     }
-    send.send_counters = scratch_.send_counters();
-    send.blocks_done = scratch_.dispatch_done();
-    send.step = scratch_.step();
-    slot_of_ = scratch_.slot_of(in.num_tokens);
+    slot_of_ = send.slot_of;
     num_tokens_ = in.num_tokens;
-    send.slot_of = slot_of_;
-    send.sent_counts = scratch_.sent_counts();
-    send.status = scratch_.status();
     dispatch_send(send, stream);
 
     sent_ = scratch_.read_counts(scratch_.sent_counts(), stream);  // synchronizes

@@ -71,7 +71,7 @@ class LowLatencyPath : public DataPath {
   void dispatch(const TokensIn& in, cudaStream_t stream) override {
     const int N = shape_.num_ranks, me = shape_.rank;
     const int64_t C = capacity_, H = shape_.hidden_size, k = shape_.top_k;
-    DispatchSendArgs send = dispatch_send_args(in, shape_, C);
+    DispatchSendArgs send = dispatch_send_args(in, shape_, C, scratch_);
     for (int d = 0; d < N; ++d) {
       void* peer = buffers_.of_rank(d);
       send.dest_rows[d] = at<uint16_t>(peer, layout_.rows) + me * C * H;
@@ -79,14 +79,8 @@ class LowLatencyPath : public DataPath {
       send.dest_weights[d] = at<float>(peer, layout_.weights) + me * C * k;
       send.dest_flags[d] = at<uint64_t>(peer, layout_.dispatch_flags) + me;
     }
-    send.send_counters = scratch_.send_counters();
-    send.blocks_done = scratch_.dispatch_done();
-    send.step = scratch_.step();
-    slot_of_ = scratch_.slot_of(in.num_tokens);
+    slot_of_ = send.slot_of;
     num_tokens_ = in.num_tokens;
-    send.slot_of = slot_of_;
-    send.sent_counts = scratch_.sent_counts();
-    send.status = scratch_.status();
     dispatch_send(send, stream);
 
     DispatchWaitArgs wait;
