@@ -304,7 +304,8 @@ __global__ void __launch_bounds__(TmaTile<kBlockM>::kThreads, 1)
       int32_t source_row[Tile::kRowsPerProducer];  // input row of tile row t / 8 + 16 i, or -1
 #pragma unroll
       for (int i = 0; i < Tile::kRowsPerProducer; ++i) {
-        const int64_t pair = work.rows ? a.sorted_pair_ids[work.block * kBlockM + t / 8 + 16 * i] : -1;
+        const int64_t pair =
+            work.rows ? a.sorted_pair_ids[work.block * kBlockM + t / 8 + 16 * i] : -1;
         source_row[i] =
             pair >= 0 && pair < a.num_pairs ? static_cast<int32_t>(pair / a.row_divisor) : -1;
       }
