@@ -36,6 +36,7 @@ std::string why_malformed(const cuda::ExpertsPlan& plan) {
     case cuda::GemmKernel::kTma:
     case cuda::GemmKernel::kTmaEager:
     case cuda::GemmKernel::kTmaPair:
+    case cuda::GemmKernel::kTmaQuad:
       if (cuda::tma_supports_block_m(plan.block_m)) return {};
       return fmt::format("the {} kernel takes block_m 64 or 128; got {}", kernel_name(plan.kernel),
                          plan.block_m);
@@ -46,7 +47,8 @@ std::string why_malformed(const cuda::ExpertsPlan& plan) {
 bool parse_kernel(std::string_view name, cuda::GemmKernel& kernel) {
   for (const cuda::GemmKernel candidate :
        {cuda::GemmKernel::kStream, cuda::GemmKernel::kMma, cuda::GemmKernel::kWgmma,
-        cuda::GemmKernel::kTma, cuda::GemmKernel::kTmaEager, cuda::GemmKernel::kTmaPair}) {
+        cuda::GemmKernel::kTma, cuda::GemmKernel::kTmaEager, cuda::GemmKernel::kTmaPair,
+        cuda::GemmKernel::kTmaQuad}) {
     if (name == kernel_name(candidate)) {
       kernel = candidate;
       return true;
@@ -79,7 +81,7 @@ cuda::ExpertsPlan parse_entry(const nlohmann::json& entry, const std::string& ke
   cuda::ExpertsPlan plan;
   const std::string kernel = fields.string("kernel");
   if (!parse_kernel(kernel, plan.kernel)) {
-    fields.fail_field("kernel", "stream, mma, wgmma, tma, tma_eager or tma_pair",
+    fields.fail_field("kernel", "stream, mma, wgmma, tma, tma_eager, tma_pair or tma_quad",
                       fmt::format("\"{}\"", kernel));
   }
   plan.block_m = fields.positive("block_m");
@@ -105,6 +107,8 @@ std::string_view kernel_name(cuda::GemmKernel kernel) {
       return "tma_eager";
     case cuda::GemmKernel::kTmaPair:
       return "tma_pair";
+    case cuda::GemmKernel::kTmaQuad:
+      return "tma_quad";
   }
   return "unknown";
 }
@@ -124,7 +128,7 @@ cuda::ExpertsPlan parse_plan_name(std::string_view name) {
       !parse_count(name.substr(slash + 1), plan.block_m)) {
     fail(
         "plan \"{}\": expected <kernel>/<block_m> with kernel tiny, stream, mma, wgmma, tma, "
-        "tma_eager or tma_pair",
+        "tma_eager, tma_pair or tma_quad",
         name);
   }
   if (plan.tiny_batch) plan.kernel = cuda::GemmKernel::kStream;

@@ -54,6 +54,7 @@ void grouped_gemm(GemmKernel kernel, bool gated, const GroupedGemmArgs& args, cu
     case GemmKernel::kTma:
     case GemmKernel::kTmaEager:
     case GemmKernel::kTmaPair:
+    case GemmKernel::kTmaQuad:
       if (!wgmma_available()) fail("grouped_gemm: the tma kernel needs a Hopper GPU (sm_90)");
       if (!tma_supports_block_m(args.block_m) || !mma_supports(args)) {
         fail(

@@ -18,26 +18,25 @@
 // the consumers hold one stage instead of two and one more stage is loading at any time, at the
 // cost of the MMA overlap across stages. On the H200 both tma plans took about 1.1 us per stage at
 // long K whatever the stage's work (64 or 128 rows: 512 or 1024 tensor-core clocks).
-// Plan kernel "tma_pair" runs the tma kernel in clusters of two thread blocks that take aligned
-// blocks 2q and 2q + 1 and the same column tile. Nsight Compute showed why a stage takes that
-// long at large M: L2 throughput at 83-95% and, at DeepSeek-V3's 16384 tokens, DRAM at 80%
-// carrying about four times the distinct weight bytes: the thread blocks that read one weight
-// tile for the blocks of an expert drift apart by more than L2 holds, so each reads it from DRAM.
-// When both blocks of a pair belong to one expert, each thread block loads half of the stage's
-// weight boxes and multicasts them to both (cp.async.bulk.tensor .multicast::cluster): the tile
-// crosses from L2 once per pair, and the pair cannot drift apart. Otherwise each loads its own.
-// A block without rows (past the end, or another rank's expert) still walks every stage of its
-// partner, gathering nothing and skipping its MMAs, so both thread blocks use each stage the same
-// number of times; a stage is refilled once the consumers of both freed it (each consumer warp
-// arrives on both `empty` barriers). Unlike the removed tma/256 (one 256-row block per pair),
-// experts stay padded to block_m rows.
+// Plan kernels "tma_pair" and "tma_quad" run the tma kernel in clusters of two or four thread
+// blocks that take consecutive aligned blocks and the same column tile, and hold each other to
+// the same stage. Nsight Compute showed why a stage takes that long at large M: L2 throughput at
+// 83-95% and, at DeepSeek-V3's 16384 tokens, DRAM at 80% carrying about four times the distinct
+// weight bytes: the thread blocks that read one weight tile for the blocks of an expert drift
+// apart by more than L2 holds, so each reads it from DRAM again. In a cluster a stage is refilled
+// only once the consumers of every thread block of it freed it (each consumer warp arrives on
+// every `empty` barrier of the cluster), so the blocks of one expert ask for each weight box
+// within a stage of each other and all but the first find it in L2. (Multicasting the boxes
+// instead, each thread block loading a share for all, measured slower on the H200 than this.)
+// A thread block whose block has no rows (past the end, or another rank's expert) walks its
+// partners' stages without loading or computing anything.
 // Tiles: block_m 128: each consumer warpgroup takes 64 of the rows and all 256 weight rows
 // (m64n256k16); block_m 64: both take the 64 rows and 128 of the weight rows (m64n128k16). gemm1's
 // weight rows are, per consumer warpgroup, gate rows then the matching up rows, so each thread
 // holds gate and up of the same output element.
 //
-// Tested by tests/cuda/fused_experts_test.cc (plans tma, tma_eager and tma_pair at 64 and 128)
-// against the reference.
+// Tested by tests/cuda/fused_experts_test.cc (plans tma, tma_eager, tma_pair and tma_quad at 64
+// and 128) against the reference.
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <cuda_bf16.h>
@@ -151,19 +150,6 @@ __device__ __forceinline__ void load_weight_box(uint32_t shared, const CUtensorM
       : "memory");
 }
 
-// As load_weight_box, into the same shared offset of both thread blocks of the cluster; each
-// one's barrier at the offset `barrier` receives the bytes that landed there.
-__device__ __forceinline__ void multicast_weight_box(uint32_t shared, const CUtensorMap* map, int k,
-                                                     int row, int expert, uint32_t barrier) {
-  constexpr uint16_t kBothBlocks = 0b11;
-  asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
-      ".multicast::cluster [%0], [%1, {%2, %3, %4}], [%5], %6;\n" ::"r"(shared),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(k), "r"(row), "r"(expert), "r"(barrier),
-      "h"(kBothBlocks)
-      : "memory");
-}
-
 __device__ __forceinline__ uint32_t cluster_rank() {
   uint32_t rank;
   asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
@@ -171,18 +157,21 @@ __device__ __forceinline__ uint32_t cluster_rank() {
 }
 
 // One arrival on the barrier at the shared offset `barrier` of thread block `rank` of the cluster.
+// CTA scope: it only tells the other block's producer that this block is done with a stage; with
+// cluster-scope release semantics every arrival waited for this thread's earlier global stores,
+// which made the cluster kernels 1.5x slower.
 __device__ __forceinline__ void barrier_arrive_in(uint32_t barrier, uint32_t rank) {
   asm volatile(
       "{\n"
       ".reg .b32 remote;\n"
       "mapa.shared::cluster.u32 remote, %0, %1;\n"
-      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n"
+      "mbarrier.arrive.shared::cluster.b64 _, [remote];\n"
       "}\n" ::"r"(barrier),
       "r"(rank)
       : "memory");
 }
 
-// Every thread of both thread blocks of the cluster: release what came before, acquire theirs.
+// Every thread of every thread block of the cluster: release what came before, acquire theirs.
 __device__ __forceinline__ void cluster_sync() {
   asm volatile(
       "barrier.cluster.arrive.release;\n"
@@ -199,21 +188,21 @@ __device__ __forceinline__ void grow_registers() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
 }
 
-// One tile of a thread block's walk. rows: whether `block` holds rows of a local expert (a tma_pair
-// block may not, while its partner does); expert: whose weights to load (the partner's if not).
+// One tile of a thread block's walk. rows: whether `block` holds rows of a local expert (in a
+// cluster it may not while a partner's does; then the block only keeps step with the cluster).
 struct TileWork {
   int64_t block;
   int32_t expert;
   bool rows;
-  bool shared_weights;  // tma_pair: both blocks use `expert`'s weights, so they multicast them
   int64_t first_column;
 };
 
-// Calls body(TileWork) for this thread block's tiles in order. Both sides (and, for pairs, both
-// thread blocks) run it and so see the same sequence: tiles of blocks past num_pairs_post_padded
-// end the walk, tiles without rows of a local expert are skipped. kPaired: the cluster walks
-// tiles of block pairs (2q, 2q + 1); thread block r of it takes block 2q + r.
-template <int kBlockM, bool kPaired, typename Body>
+// Calls body(TileWork) for this thread block's tiles in order. Both sides (and every thread block
+// of a cluster) run it and so see the same sequence: tiles of blocks past num_pairs_post_padded
+// end the walk, tiles without rows of a local expert are skipped. A cluster of kCluster thread
+// blocks walks tiles of block groups [kCluster q, kCluster (q + 1)); its thread block r takes
+// block kCluster q + r, and the group is skipped only when no block of it has rows.
+template <int kBlockM, int kCluster, typename Body>
 __device__ __forceinline__ void for_each_tile(const GroupedGemmArgs& a, int64_t columns_per_tile,
                                               Body&& body) {
   const int64_t num_padded = *a.num_pairs_post_padded;
@@ -224,42 +213,35 @@ __device__ __forceinline__ void for_each_tile(const GroupedGemmArgs& a, int64_t 
     const int32_t expert = a.expert_ids[block];
     return expert >= 0 && expert < a.num_local_experts ? expert : -1;
   };
-  constexpr int kCluster = kPaired ? 2 : 1;
   const int64_t block_groups = (a.max_blocks + kCluster - 1) / kCluster;
   const int64_t num_tiles = block_groups * column_tiles;
   for (int64_t tile = blockIdx.x / kCluster; tile < num_tiles; tile += gridDim.x / kCluster) {
     const int64_t first_block = tile / column_tiles * kCluster;
     if (first_block * kBlockM >= num_padded) return;
     const int64_t first_column = (tile % column_tiles) * columns_per_tile;
-    if constexpr (kPaired) {
-      const uint32_t rank = cluster_rank();
-      const int32_t mine = local_expert(first_block + rank);
-      const int32_t partner = local_expert(first_block + (rank ^ 1));
-      if (mine < 0 && partner < 0) continue;
-      body(TileWork{first_block + rank, mine >= 0 ? mine : partner, mine >= 0,
-                    mine < 0 || partner < 0 || mine == partner, first_column});
-    } else {
-      const int32_t expert = local_expert(first_block);
-      if (expert < 0) continue;
-      body(TileWork{first_block, expert, true, false, first_column});
-    }
+    const int64_t block = first_block + (kCluster > 1 ? cluster_rank() : 0);
+    const int32_t expert = local_expert(block);
+    bool any_rows = expert >= 0;
+#pragma unroll
+    for (int r = 0; r < kCluster && !any_rows; ++r) any_rows = local_expert(first_block + r) >= 0;
+    if (!any_rows) continue;
+    body(TileWork{block, expert, expert >= 0, first_column});
   }
 }
 #endif
 
-// kEager: plan kernel "tma_eager"; kPaired: "tma_pair" (above).
-template <int kBlockM, bool kGated, bool kEager, bool kPaired>
+// kEager: plan kernel "tma_eager"; kCluster 2 or 4: "tma_pair" or "tma_quad" (above).
+template <int kBlockM, bool kGated, bool kEager, int kCluster>
 __global__ void __launch_bounds__(TmaTile<kBlockM>::kThreads, 1)
     tma_kernel(const __grid_constant__ CUtensorMap weight_map, GroupedGemmArgs a) {
 #ifdef MOE_HAS_WGMMA
   using Tile = TmaTile<kBlockM>;
-  static_assert(!(kEager && kPaired), "tma_pair releases stages as tma does");
+  static_assert(!kEager || kCluster == 1, "clusters release stages as tma does");
   constexpr int kStages = Tile::kStages;
-  constexpr int kCluster = kPaired ? 2 : 1;
   constexpr int64_t kColumnsPerTile = kGated ? kTileN / 2 : kTileN;
   extern __shared__ unsigned char shared_raw[];
   __shared__ __align__(8) uint64_t full[kStages];   // stage landed: A copies and B bytes
-  __shared__ __align__(8) uint64_t empty[kStages];  // stage read by every consumer warp (of both)
+  __shared__ __align__(8) uint64_t empty[kStages];  // stage read by every consumer warp (of all)
   // TMA's swizzle and the wgmma descriptors both assume 1024-byte aligned tiles.
   const uint32_t base = (shared_address(shared_raw) + 1023) & ~1023u;
   const uint32_t full_base = shared_address(full), empty_base = shared_address(empty);
@@ -277,9 +259,9 @@ __global__ void __launch_bounds__(TmaTile<kBlockM>::kThreads, 1)
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     fence_proxy_async_shared();
   }
-  // A pair's multicasts and arrivals reach the other thread block's barriers, so both must have
-  // initialized theirs first (and, at the end, neither may exit while the other can reach it).
-  if constexpr (kPaired) {
+  // Arrivals reach the other thread blocks' barriers, so all must have initialized theirs first
+  // (and, at the end, none may exit while another can still reach it).
+  if constexpr (kCluster > 1) {
     cluster_sync();
   } else {
     __syncthreads();
@@ -300,12 +282,20 @@ __global__ void __launch_bounds__(TmaTile<kBlockM>::kThreads, 1)
     const auto* input = static_cast<const __nv_bfloat16*>(a.input);
     // Eight threads per row, one 16-byte chunk each: a warp copies four whole 128-byte rows.
     const int chunk = t % 8;
-    for_each_tile<kBlockM, kPaired>(a, kColumnsPerTile, [&](const TileWork& work) {
+    for_each_tile<kBlockM, kCluster>(a, kColumnsPerTile, [&](const TileWork& work) {
+      if (!work.rows) {
+        // Keep step: complete each stage with the arrivals it expects and no bytes.
+        for (int kt = 0; kt < k_tiles; ++kt, ring.advance()) {
+          barrier_wait(empty_barrier(ring.stage), ring.phase ^ 1);
+          barrier_arrive(full_barrier(ring.stage));
+          if (t == 0) barrier_arrive(full_barrier(ring.stage));
+        }
+        return;
+      }
       int32_t source_row[Tile::kRowsPerProducer];  // input row of tile row t / 8 + 16 i, or -1
 #pragma unroll
       for (int i = 0; i < Tile::kRowsPerProducer; ++i) {
-        const int64_t pair =
-            work.rows ? a.sorted_pair_ids[work.block * kBlockM + t / 8 + 16 * i] : -1;
+        const int64_t pair = a.sorted_pair_ids[work.block * kBlockM + t / 8 + 16 * i];
         source_row[i] =
             pair >= 0 && pair < a.num_pairs ? static_cast<int32_t>(pair / a.row_divisor) : -1;
       }
@@ -317,13 +307,9 @@ __global__ void __launch_bounds__(TmaTile<kBlockM>::kThreads, 1)
         const uint32_t b_stage = a_stage + Tile::kABytes;
         const int k0 = kt * kTileK;
         if (t == 0) {
-          // Shared: this thread block loads its half of the boxes for both, and the other half
-          // arrives from its partner; either way all kBBytes land here.
           barrier_arrive_expect_bytes(full_barrier(ring.stage), Tile::kBBytes);
-          const bool multicast = kPaired && work.shared_weights;
-          const int first_row = multicast ? static_cast<int>(cluster_rank()) * kTileN / 2 : 0;
-          const int end_row = multicast ? first_row + kTileN / 2 : kTileN;
-          for (int j = first_row; j < end_row; j += kBoxRows) {
+#pragma unroll
+          for (int j = 0; j < kTileN; j += kBoxRows) {
             // Tile row j of consumer warpgroup j / kWarpGroupN; gated: its first half are gate
             // rows (row = column), its second half the matching up rows (I + column).
             int64_t row = work.first_column + j;
@@ -333,13 +319,8 @@ __global__ void __launch_bounds__(TmaTile<kBlockM>::kThreads, 1)
               row = work.first_column + (j / Tile::kWarpGroupN) * kHalf + within % kHalf +
                     (within >= kHalf ? columns : 0);
             }
-            if (multicast) {
-              multicast_weight_box(b_stage + j * kRowBytes, &weight_map, k0, static_cast<int>(row),
-                                   work.expert, full_barrier(ring.stage));
-            } else {
-              load_weight_box(b_stage + j * kRowBytes, &weight_map, k0, static_cast<int>(row),
-                              work.expert, full_barrier(ring.stage));
-            }
+            load_weight_box(b_stage + j * kRowBytes, &weight_map, k0, static_cast<int>(row),
+                            work.expert, full_barrier(ring.stage));
           }
         }
 #pragma unroll
@@ -353,7 +334,7 @@ __global__ void __launch_bounds__(TmaTile<kBlockM>::kThreads, 1)
         barrier_arrive_after_copies(full_barrier(ring.stage));
       }
     });
-    if constexpr (kPaired) cluster_sync();
+    if constexpr (kCluster > 1) cluster_sync();
     return;
   }
 
@@ -374,21 +355,21 @@ __global__ void __launch_bounds__(TmaTile<kBlockM>::kThreads, 1)
   float acc[Tile::kWarpGroupN / 2];
 
   // Frees a stage: one arrival per consumer warp, on the `empty` barrier of every thread block of
-  // the cluster (a pair's producers multicast into this block's copy of the stage).
+  // the cluster, so that no producer of it runs more than the ring ahead of any consumer.
   auto free_stage = [&](int stage) {
     if (lane != 0) return;
-    if constexpr (kPaired) {
-      barrier_arrive_in(empty_barrier(stage), 0);
-      barrier_arrive_in(empty_barrier(stage), 1);
+    if constexpr (kCluster > 1) {
+#pragma unroll
+      for (int rank = 0; rank < kCluster; ++rank) barrier_arrive_in(empty_barrier(stage), rank);
     } else {
       barrier_arrive(empty_barrier(stage));
     }
   };
 
-  for_each_tile<kBlockM, kPaired>(a, kColumnsPerTile, [&](const TileWork& work) {
+  for_each_tile<kBlockM, kCluster>(a, kColumnsPerTile, [&](const TileWork& work) {
     if (!work.rows) {
-      // The partner's tile: take each stage as it lands (its weights half came from here) and
-      // free it, so both thread blocks use every stage equally often.
+      // No rows here: take each (empty) stage and free it, so every thread block of the cluster
+      // uses every stage equally often.
       for (int kt = 0; kt < k_tiles; ++kt, ring.advance()) {
         barrier_wait(full_barrier(ring.stage), ring.phase);
         free_stage(ring.stage);
@@ -465,7 +446,7 @@ __global__ void __launch_bounds__(TmaTile<kBlockM>::kThreads, 1)
       }
     }
   });
-  if constexpr (kPaired) cluster_sync();
+  if constexpr (kCluster > 1) cluster_sync();
 #endif
 }
 
@@ -510,13 +491,12 @@ CUtensorMap weight_tensor_map(const GroupedGemmArgs& a) {
   return map;
 }
 
-// One thread block per multiprocessor; tma_pair: as many clusters of two as fit at once (not every
-// multiprocessor can pair up), times two.
-template <int kBlockM, bool kGated, bool kEager, bool kPaired>
+// One thread block per multiprocessor; clusters: as many as fit at once (not every multiprocessor
+// can join one), times their size.
+template <int kBlockM, bool kGated, bool kEager, int kCluster>
 void launch(const GroupedGemmArgs& args, cudaStream_t stream) {
   using Tile = TmaTile<kBlockM>;
-  constexpr auto kernel = tma_kernel<kBlockM, kGated, kEager, kPaired>;
-  constexpr int kCluster = kPaired ? 2 : 1;
+  constexpr auto kernel = tma_kernel<kBlockM, kGated, kEager, kCluster>;
   allow_shared_bytes<kernel>(Tile::kSharedBytes, "cudaFuncSetAttribute(tma_kernel)");
   int device = 0, multiprocessors = 0;
   check(cudaGetDevice(&device), "cudaGetDevice");
@@ -538,7 +518,7 @@ void launch(const GroupedGemmArgs& args, cudaStream_t stream) {
   config.attrs = &cluster;
   config.numAttrs = 1;
   int64_t groups = multiprocessors / kCluster;
-  if constexpr (kPaired) {
+  if constexpr (kCluster > 1) {
     config.gridDim = dim3(static_cast<unsigned>(groups * kCluster));
     int active = 0;
     check(cudaOccupancyMaxActiveClusters(&active, kernel, &config),
@@ -551,10 +531,10 @@ void launch(const GroupedGemmArgs& args, cudaStream_t stream) {
         "cudaLaunchKernelEx(tma_kernel)");
 }
 
-template <int kBlockM, bool kEager, bool kPaired>
+template <int kBlockM, bool kEager, int kCluster>
 void launch_gated_or_not(bool gated, const GroupedGemmArgs& args, cudaStream_t stream) {
-  gated ? launch<kBlockM, true, kEager, kPaired>(args, stream)
-        : launch<kBlockM, false, kEager, kPaired>(args, stream);
+  gated ? launch<kBlockM, true, kEager, kCluster>(args, stream)
+        : launch<kBlockM, false, kEager, kCluster>(args, stream);
 }
 
 template <int kBlockM>
@@ -562,11 +542,13 @@ void launch_variant(GemmKernel kernel, bool gated, const GroupedGemmArgs& args,
                     cudaStream_t stream) {
   switch (kernel) {
     case GemmKernel::kTmaEager:
-      return launch_gated_or_not<kBlockM, true, false>(gated, args, stream);
+      return launch_gated_or_not<kBlockM, true, 1>(gated, args, stream);
     case GemmKernel::kTmaPair:
-      return launch_gated_or_not<kBlockM, false, true>(gated, args, stream);
+      return launch_gated_or_not<kBlockM, false, 2>(gated, args, stream);
+    case GemmKernel::kTmaQuad:
+      return launch_gated_or_not<kBlockM, false, 4>(gated, args, stream);
     default:
-      return launch_gated_or_not<kBlockM, false, false>(gated, args, stream);
+      return launch_gated_or_not<kBlockM, false, 1>(gated, args, stream);
   }
 }
 
