@@ -31,6 +31,7 @@ constexpr int kBlocksPerSm = 2;  // target grid: enough bytes in flight to fill 
 constexpr int kUnroll = 8;       // 16-byte loads in flight per thread before the stores
 constexpr int kWaitThreads = 512;
 constexpr int kMaxWaitBlocks = 8;
+static_assert(kMaxChunk <= kThreads, "one thread per token of a chunk finds its destinations");
 
 __device__ void note_error(Status* status, uint32_t bit, uint32_t step) {
   atomicOr(&status->bits, bit);
