@@ -3,8 +3,11 @@
 // (CMake option MOE_WITH_CUDA_EP: CUDA, MPI and NCCL found).
 //
 //   route     cuBLAS router GEMM + fused top-k on this rank's tokens (as the CUDA MoeLayer)
-//   dispatch  each token row once per rank that serves one of its experts, with its k ids (other
-//             ranks' experts as -1) and router weights
+//   choose    where experts have replicas, the slot serving each pair, on the GPU, by the CPU
+//             path's rule (moe/ep_layer.h): a replica on this rank, else on its host, else any;
+//             among several, the expert's n-th pair takes candidate (n + rank) mod count
+//   dispatch  each token row once per rank that serves one of its pairs, with its k slot ids
+//             (other ranks' slots as -1) and router weights
 //   experts   the CUDA experts (align, gemm1, gemm2, sum) on the received rows in place, with
 //             this rank's expert map: the result is one partial row per (token, serving rank),
 //             the sum of that token's pairs served here in ascending j
@@ -76,9 +79,10 @@ class CudaEpLayer {
   // ranks: it bootstraps the IPC buffers and carries the high-throughput counts; `device` (NCCL, on
   // this device) moves the high-throughput rows where they cannot go peer to peer, and may be
   // null for the low-latency path (and for the high-throughput one on a P2P host). Both must
-  // outlive the layer, and every rank constructs it (a collective). Throws moe::Error on what the
-  // GPU path does not run: replicas in the map, more than 8 ranks (low-latency), ranks on several
-  // hosts (low-latency), H not a multiple of 8, or what the CUDA MoeLayer refuses.
+  // outlive the layer, and every rank constructs it (a collective). The map may hold replicas
+  // (EPLB). Throws moe::Error on what the GPU path does not run: more than 8 ranks (low-latency),
+  // ranks on several hosts (low-latency), H not a multiple of 8, more than 8192 slots, or what the
+  // CUDA MoeLayer refuses.
   CudaEpLayer(MoeConfig config, const LayerWeights& local_weights, ExpertMap map,
               Communicator& host, Communicator* device, CudaEpOptions options = {});
   // The same with this rank's expert weights drawn on the GPU (benchmarks of large shapes), the

@@ -35,6 +35,7 @@ std::string why_malformed(const cuda::ExpertsPlan& plan) {
       return fmt::format("the wgmma kernel takes block_m 64 or 128; got {}", plan.block_m);
     case cuda::GemmKernel::kTma:
     case cuda::GemmKernel::kTmaEager:
+    case cuda::GemmKernel::kTmaPair:
       if (cuda::tma_supports_block_m(plan.block_m)) return {};
       return fmt::format("the {} kernel takes block_m 64 or 128; got {}", kernel_name(plan.kernel),
                          plan.block_m);
@@ -45,7 +46,7 @@ std::string why_malformed(const cuda::ExpertsPlan& plan) {
 bool parse_kernel(std::string_view name, cuda::GemmKernel& kernel) {
   for (const cuda::GemmKernel candidate :
        {cuda::GemmKernel::kStream, cuda::GemmKernel::kMma, cuda::GemmKernel::kWgmma,
-        cuda::GemmKernel::kTma, cuda::GemmKernel::kTmaEager}) {
+        cuda::GemmKernel::kTma, cuda::GemmKernel::kTmaEager, cuda::GemmKernel::kTmaPair}) {
     if (name == kernel_name(candidate)) {
       kernel = candidate;
       return true;
@@ -78,7 +79,7 @@ cuda::ExpertsPlan parse_entry(const nlohmann::json& entry, const std::string& ke
   cuda::ExpertsPlan plan;
   const std::string kernel = fields.string("kernel");
   if (!parse_kernel(kernel, plan.kernel)) {
-    fields.fail_field("kernel", "stream, mma, wgmma, tma or tma_eager",
+    fields.fail_field("kernel", "stream, mma, wgmma, tma, tma_eager or tma_pair",
                       fmt::format("\"{}\"", kernel));
   }
   plan.block_m = fields.positive("block_m");
@@ -102,6 +103,8 @@ std::string_view kernel_name(cuda::GemmKernel kernel) {
       return "tma";
     case cuda::GemmKernel::kTmaEager:
       return "tma_eager";
+    case cuda::GemmKernel::kTmaPair:
+      return "tma_pair";
   }
   return "unknown";
 }
@@ -120,8 +123,8 @@ cuda::ExpertsPlan parse_plan_name(std::string_view name) {
   if (slash == std::string_view::npos || !known_kernel ||
       !parse_count(name.substr(slash + 1), plan.block_m)) {
     fail(
-        "plan \"{}\": expected <kernel>/<block_m> with kernel tiny, stream, mma, wgmma, tma or "
-        "tma_eager",
+        "plan \"{}\": expected <kernel>/<block_m> with kernel tiny, stream, mma, wgmma, tma, "
+        "tma_eager or tma_pair",
         name);
   }
   if (plan.tiny_batch) plan.kernel = cuda::GemmKernel::kStream;

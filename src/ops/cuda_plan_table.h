@@ -17,7 +17,7 @@
 
 namespace moe::cuda_plans {
 
-// "stream", "mma", "wgmma", "tma", "tma_eager": the kernel field of a table entry.
+// "stream", "mma", "wgmma", "tma", "tma_eager", "tma_pair": the kernel field of a table entry.
 std::string_view kernel_name(cuda::GemmKernel kernel);
 
 // The plan's short name, as `moe bench` prints it: "tiny/1", "stream/4", "mma/32", "wgmma/128".

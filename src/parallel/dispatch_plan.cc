@@ -4,33 +4,47 @@
 
 namespace moe::parallel {
 
-ReplicaChooser::ReplicaChooser(const ExpertMap& map, int rank, std::span<const int> host_of_rank)
-    : rank_(rank), next_(static_cast<size_t>(map.num_experts()), 0) {
-  offsets_.push_back(0);
+ReplicaCandidates replica_candidates(const ExpertMap& map, int rank,
+                                     std::span<const int> host_of_rank) {
+  ReplicaCandidates c;
+  c.offsets.push_back(0);
   for (int64_t e = 0; e < map.num_experts(); ++e) {
     const std::span<const int32_t> replicas = map.replicas(e);
     const auto add_where = [&](auto wanted) {
       for (int32_t slot : replicas) {
-        if (wanted(map.rank_of_slot(slot))) candidates_.push_back(slot);
+        if (wanted(map.rank_of_slot(slot))) c.slots.push_back(slot);
       }
-      return static_cast<int32_t>(candidates_.size()) > offsets_.back();
+      return static_cast<int32_t>(c.slots.size()) > c.offsets.back();
     };
     const int host = host_of_rank[static_cast<size_t>(rank)];
     if (!add_where([&](int r) { return r == rank; }) &&
         !add_where([&](int r) { return host_of_rank[static_cast<size_t>(r)] == host; })) {
       add_where([](int) { return true; });
     }
-    offsets_.push_back(static_cast<int32_t>(candidates_.size()));
+    c.offsets.push_back(static_cast<int32_t>(c.slots.size()));
   }
+  return c;
 }
+
+int32_t ReplicaCandidates::max_count() const {
+  int32_t most = 0;
+  for (size_t e = 0; e + 1 < offsets.size(); ++e)
+    most = std::max(most, offsets[e + 1] - offsets[e]);
+  return most;
+}
+
+ReplicaChooser::ReplicaChooser(const ExpertMap& map, int rank, std::span<const int> host_of_rank)
+    : rank_(rank),
+      candidates_(replica_candidates(map, rank, host_of_rank)),
+      next_(static_cast<size_t>(map.num_experts()), 0) {}
 
 void ReplicaChooser::choose(const int32_t* topk_ids, int64_t num_pairs, int32_t* slots) {
   std::fill(next_.begin(), next_.end(), 0);
   for (int64_t p = 0; p < num_pairs; ++p) {
     const int32_t e = topk_ids[p];
-    const int32_t first = offsets_[e], count = offsets_[e + 1] - first;
+    const int32_t first = candidates_.offsets[e], count = candidates_.offsets[e + 1] - first;
     const int32_t n = next_[e]++;
-    slots[p] = candidates_[first + (count == 1 ? 0 : (n + rank_) % count)];
+    slots[p] = candidates_.slots[first + (count == 1 ? 0 : (n + rank_) % count)];
   }
 }
 

@@ -24,8 +24,21 @@ struct PairRecord {
 };
 static_assert(sizeof(PairRecord) == 24);
 
-// The slot for each pair of one rank's tokens (the rule in moe/ep_layer.h). Candidates per expert
-// are computed once; choose() allocates nothing.
+// The slots that may serve pairs of `rank` for each expert (the rule in moe/ep_layer.h): the
+// expert's replicas on `rank` if it has any there, else those on the rank's host, else all of
+// them; ascending. Among `count` candidates, the expert's n-th pair of a call (in pair order) takes
+// candidate (n + rank) mod count. The GPU path (parallel/cuda/replica_choice.h) applies the same
+// rule to the same table on the device.
+struct ReplicaCandidates {
+  std::vector<int32_t> offsets;  // [E + 1] into slots
+  std::vector<int32_t> slots;    // the candidates of expert e: [offsets[e], offsets[e + 1])
+  int32_t max_count() const;     // the most candidates of one expert (1: nothing to choose)
+};
+ReplicaCandidates replica_candidates(const ExpertMap& map, int rank,
+                                     std::span<const int> host_of_rank);
+
+// The slot for each pair of one rank's tokens (the rule above). Candidates per expert are computed
+// once; choose() allocates nothing.
 class ReplicaChooser {
  public:
   ReplicaChooser(const ExpertMap& map, int rank, std::span<const int> host_of_rank);
@@ -34,9 +47,8 @@ class ReplicaChooser {
 
  private:
   int rank_;
-  std::vector<int32_t> offsets_;     // [E + 1] into candidates_
-  std::vector<int32_t> candidates_;  // per expert: own-rank replicas, else same-host, else all
-  std::vector<int32_t> next_;        // [E]: pairs of the expert seen in this call
+  ReplicaCandidates candidates_;
+  std::vector<int32_t> next_;  // [E]: pairs of the expert seen in this call
 };
 
 // One rank's dispatch of tokens [first_token, first_token + num_tokens) of its batch.

@@ -82,7 +82,8 @@ std::vector<cuda::ExpertsPlan> plans_for(const ExpertsCase& c) {
       plans.push_back({cuda::GemmKernel::kMma, block_m, false});
     if (cuda::wgmma_available()) {
       for (const cuda::GemmKernel kernel :
-           {cuda::GemmKernel::kWgmma, cuda::GemmKernel::kTma, cuda::GemmKernel::kTmaEager}) {
+           {cuda::GemmKernel::kWgmma, cuda::GemmKernel::kTma, cuda::GemmKernel::kTmaEager,
+            cuda::GemmKernel::kTmaPair}) {
         for (int64_t block_m : {64, 128}) plans.push_back({kernel, block_m, false});
       }
     }

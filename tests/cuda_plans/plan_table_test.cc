@@ -33,6 +33,7 @@ std::vector<ExpertsPlan> all_plans() {
   for (int64_t block_m : {64, 128}) plans.push_back({GemmKernel::kWgmma, block_m, false});
   for (int64_t block_m : {64, 128}) plans.push_back({GemmKernel::kTma, block_m, false});
   for (int64_t block_m : {64, 128}) plans.push_back({GemmKernel::kTmaEager, block_m, false});
+  for (int64_t block_m : {64, 128}) plans.push_back({GemmKernel::kTmaPair, block_m, false});
   return plans;
 }
 
@@ -52,6 +53,7 @@ TEST(CudaPlanTable, PlanNamesAreTheBenchNamesAndRoundTrip) {
   EXPECT_EQ(cuda_plans::plan_name({GemmKernel::kWgmma, 128, false}), "wgmma/128");
   EXPECT_EQ(cuda_plans::plan_name({GemmKernel::kTma, 64, false}), "tma/64");
   EXPECT_EQ(cuda_plans::plan_name({GemmKernel::kTmaEager, 128, false}), "tma_eager/128");
+  EXPECT_EQ(cuda_plans::plan_name({GemmKernel::kTmaPair, 64, false}), "tma_pair/64");
   std::set<std::string> seen;
   for (const ExpertsPlan& plan : all_plans()) {
     const std::string name = cuda_plans::plan_name(plan);
@@ -76,6 +78,7 @@ TEST(CudaPlanTable, RejectsPlanNamesNoKernelRuns) {
   expect_error([] { cuda_plans::parse_plan_name("wgmma/256"); }, {"wgmma/256", "64 or 128"});
   expect_error([] { cuda_plans::parse_plan_name("tma/256"); }, {"tma/256", "64 or 128"});
   expect_error([] { cuda_plans::parse_plan_name("tma_eager/32"); }, {"tma_eager/32", "64 or 128"});
+  expect_error([] { cuda_plans::parse_plan_name("tma_pair/256"); }, {"tma_pair/256", "64 or 128"});
 }
 
 TEST(CudaPlanTable, FileNamesFollowVllm) {

@@ -82,7 +82,7 @@ std::string why_plan_cannot_run(const ExpertsPlan& plan, const ExpertsProblem& p
                        plan.block_m);
   }
   if (plan.kernel == GemmKernel::kWgmma || plan.kernel == GemmKernel::kTma ||
-      plan.kernel == GemmKernel::kTmaEager) {
+      plan.kernel == GemmKernel::kTmaEager || plan.kernel == GemmKernel::kTmaPair) {
     const bool wgmma = plan.kernel == GemmKernel::kWgmma;
     const char* name = wgmma ? "wgmma" : "tma";
     if (!wgmma_available()) return fmt::format("the {} kernel needs a Hopper GPU (sm_90)", name);

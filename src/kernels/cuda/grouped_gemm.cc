@@ -53,6 +53,7 @@ void grouped_gemm(GemmKernel kernel, bool gated, const GroupedGemmArgs& args, cu
       return;
     case GemmKernel::kTma:
     case GemmKernel::kTmaEager:
+    case GemmKernel::kTmaPair:
       if (!wgmma_available()) fail("grouped_gemm: the tma kernel needs a Hopper GPU (sm_90)");
       if (!tma_supports_block_m(args.block_m) || !mma_supports(args)) {
         fail(
@@ -60,7 +61,7 @@ void grouped_gemm(GemmKernel kernel, bool gated, const GroupedGemmArgs& args, cu
             "aligned rows; got block_m {}, K {}",
             args.block_m, args.k_dim);
       }
-      tma_grouped_gemm(gated, kernel == GemmKernel::kTmaEager, args, stream);
+      tma_grouped_gemm(kernel, gated, args, stream);
       return;
   }
   fail("grouped_gemm: unsupported kernel: {}", static_cast<int>(kernel));

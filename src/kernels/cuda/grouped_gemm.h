@@ -48,6 +48,9 @@ enum class GemmKernel : uint8_t {
   // kTma whose consumers retire each stage's MMAs before the next stage's, freeing it a stage
   // earlier: one more stage loading at a time, no MMA overlap across stages
   kTmaEager,
+  // kTma in clusters of two thread blocks that multicast the weight tiles of two blocks of one
+  // expert: half the weight traffic from L2 where experts span several blocks
+  kTmaPair,
 };
 
 // Rows per block each kernel accepts: the stream kernel any block_m up to kMaxStreamRows, the
@@ -59,7 +62,7 @@ bool mma_supports_block_m(int64_t block_m);  // 16, 32, 64 or 128
 // block_m is 64 (one warpgroup) or 128 (two).
 bool wgmma_available();
 bool wgmma_supports_block_m(int64_t block_m);  // 64 or 128
-// The tma kernels' (kTma and kTmaEager): 64 or 128, as wgmma's.
+// The tma kernels' (kTma, kTmaEager and kTmaPair): 64 or 128, as wgmma's.
 bool tma_supports_block_m(int64_t block_m);
 
 // The tensor-core kernels need 16-byte aligned rows: K % 8 == 0 and aligned base pointers.

@@ -10,7 +10,8 @@ void stream_grouped_gemm(bool gated, const GroupedGemmArgs& args, bool aligned,
                          cudaStream_t stream);
 void mma_grouped_gemm(bool gated, const GroupedGemmArgs& args, cudaStream_t stream);
 void wgmma_grouped_gemm(bool gated, const GroupedGemmArgs& args, cudaStream_t stream);
-// eager: GemmKernel::kTmaEager's stage release.
-void tma_grouped_gemm(bool gated, bool eager, const GroupedGemmArgs& args, cudaStream_t stream);
+// kernel: kTma, kTmaEager or kTmaPair.
+void tma_grouped_gemm(GemmKernel kernel, bool gated, const GroupedGemmArgs& args,
+                      cudaStream_t stream);
 
 }  // namespace moe::cuda

@@ -17,15 +17,27 @@
 // stage's MMAs (wgmma.wait_group 0) before waiting for the next stage and free it at once, so
 // the consumers hold one stage instead of two and one more stage is loading at any time, at the
 // cost of the MMA overlap across stages. On the H200 both tma plans took about 1.1 us per stage at
-// long K whatever the stage's work (64 or 128 rows: 512 or 1024 tensor-core clocks), as if
-// bound by the fill latency of the two or three stages in flight; tma_eager tests that.
+// long K whatever the stage's work (64 or 128 rows: 512 or 1024 tensor-core clocks).
+// Plan kernel "tma_pair" runs the tma kernel in clusters of two thread blocks that take aligned
+// blocks 2q and 2q + 1 and the same column tile. Nsight Compute showed why a stage takes that
+// long at large M: L2 throughput at 83-95% and, at DeepSeek-V3's 16384 tokens, DRAM at 80%
+// carrying about four times the distinct weight bytes: the thread blocks that read one weight
+// tile for the blocks of an expert drift apart by more than L2 holds, so each reads it from DRAM.
+// When both blocks of a pair belong to one expert, each thread block loads half of the stage's
+// weight boxes and multicasts them to both (cp.async.bulk.tensor .multicast::cluster): the tile
+// crosses from L2 once per pair, and the pair cannot drift apart. Otherwise each loads its own.
+// A block without rows (past the end, or another rank's expert) still walks every stage of its
+// partner, gathering nothing and skipping its MMAs, so both thread blocks use each stage the same
+// number of times; a stage is refilled once the consumers of both freed it (each consumer warp
+// arrives on both `empty` barriers). Unlike the removed tma/256 (one 256-row block per pair),
+// experts stay padded to block_m rows.
 // Tiles: block_m 128: each consumer warpgroup takes 64 of the rows and all 256 weight rows
 // (m64n256k16); block_m 64: both take the 64 rows and 128 of the weight rows (m64n128k16). gemm1's
 // weight rows are, per consumer warpgroup, gate rows then the matching up rows, so each thread
 // holds gate and up of the same output element.
 //
-// Tested by tests/cuda/fused_experts_test.cc (plans tma/64, tma/128, tma_eager/64 and
-// tma_eager/128) against the reference.
+// Tested by tests/cuda/fused_experts_test.cc (plans tma, tma_eager and tma_pair at 64 and 128)
+// against the reference.
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <cuda_bf16.h>
@@ -139,6 +151,45 @@ __device__ __forceinline__ void load_weight_box(uint32_t shared, const CUtensorM
       : "memory");
 }
 
+// As load_weight_box, into the same shared offset of both thread blocks of the cluster; each
+// one's barrier at the offset `barrier` receives the bytes that landed there.
+__device__ __forceinline__ void multicast_weight_box(uint32_t shared, const CUtensorMap* map, int k,
+                                                     int row, int expert, uint32_t barrier) {
+  constexpr uint16_t kBothBlocks = 0b11;
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      ".multicast::cluster [%0], [%1, {%2, %3, %4}], [%5], %6;\n" ::"r"(shared),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(k), "r"(row), "r"(expert), "r"(barrier),
+      "h"(kBothBlocks)
+      : "memory");
+}
+
+__device__ __forceinline__ uint32_t cluster_rank() {
+  uint32_t rank;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
+  return rank;
+}
+
+// One arrival on the barrier at the shared offset `barrier` of thread block `rank` of the cluster.
+__device__ __forceinline__ void barrier_arrive_in(uint32_t barrier, uint32_t rank) {
+  asm volatile(
+      "{\n"
+      ".reg .b32 remote;\n"
+      "mapa.shared::cluster.u32 remote, %0, %1;\n"
+      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n"
+      "}\n" ::"r"(barrier),
+      "r"(rank)
+      : "memory");
+}
+
+// Every thread of both thread blocks of the cluster: release what came before, acquire theirs.
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile(
+      "barrier.cluster.arrive.release;\n"
+      "barrier.cluster.wait.acquire;\n" ::
+          : "memory");
+}
+
 template <int kRegisters>
 __device__ __forceinline__ void shrink_registers() {
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
@@ -148,36 +199,67 @@ __device__ __forceinline__ void grow_registers() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
 }
 
-// Calls body(block, expert, first_column) for this thread block's tiles in order. Both sides run
-// it and so see the same sequence: tiles of blocks past num_pairs_post_padded end the walk, tiles
-// of blocks whose expert is not local are skipped.
-template <typename Body>
+// One tile of a thread block's walk. rows: whether `block` holds rows of a local expert (a tma_pair
+// block may not, while its partner does); expert: whose weights to load (the partner's if not).
+struct TileWork {
+  int64_t block;
+  int32_t expert;
+  bool rows;
+  bool shared_weights;  // tma_pair: both blocks use `expert`'s weights, so they multicast them
+  int64_t first_column;
+};
+
+// Calls body(TileWork) for this thread block's tiles in order. Both sides (and, for pairs, both
+// thread blocks) run it and so see the same sequence: tiles of blocks past num_pairs_post_padded
+// end the walk, tiles without rows of a local expert are skipped. kPaired: the cluster walks
+// tiles of block pairs (2q, 2q + 1); thread block r of it takes block 2q + r.
+template <int kBlockM, bool kPaired, typename Body>
 __device__ __forceinline__ void for_each_tile(const GroupedGemmArgs& a, int64_t columns_per_tile,
                                               Body&& body) {
   const int64_t num_padded = *a.num_pairs_post_padded;
   const int64_t column_tiles = (a.out_columns + columns_per_tile - 1) / columns_per_tile;
-  const int64_t num_tiles = a.max_blocks * column_tiles;
-  for (int64_t tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
-    const int64_t block = tile / column_tiles;
-    if (block * a.block_m >= num_padded) return;
+  // A local expert's id, or -1: the block is past the end or serves another rank's expert.
+  auto local_expert = [&](int64_t block) -> int32_t {
+    if (block >= a.max_blocks || block * kBlockM >= num_padded) return -1;
     const int32_t expert = a.expert_ids[block];
-    if (expert < 0 || expert >= a.num_local_experts) continue;
-    body(block, expert, (tile % column_tiles) * columns_per_tile);
+    return expert >= 0 && expert < a.num_local_experts ? expert : -1;
+  };
+  constexpr int kCluster = kPaired ? 2 : 1;
+  const int64_t block_groups = (a.max_blocks + kCluster - 1) / kCluster;
+  const int64_t num_tiles = block_groups * column_tiles;
+  for (int64_t tile = blockIdx.x / kCluster; tile < num_tiles; tile += gridDim.x / kCluster) {
+    const int64_t first_block = tile / column_tiles * kCluster;
+    if (first_block * kBlockM >= num_padded) return;
+    const int64_t first_column = (tile % column_tiles) * columns_per_tile;
+    if constexpr (kPaired) {
+      const uint32_t rank = cluster_rank();
+      const int32_t mine = local_expert(first_block + rank);
+      const int32_t partner = local_expert(first_block + (rank ^ 1));
+      if (mine < 0 && partner < 0) continue;
+      body(TileWork{first_block + rank, mine >= 0 ? mine : partner, mine >= 0,
+                    mine < 0 || partner < 0 || mine == partner, first_column});
+    } else {
+      const int32_t expert = local_expert(first_block);
+      if (expert < 0) continue;
+      body(TileWork{first_block, expert, true, false, first_column});
+    }
   }
 }
 #endif
 
-// kEager: plan kernel "tma_eager" (above).
-template <int kBlockM, bool kGated, bool kEager>
+// kEager: plan kernel "tma_eager"; kPaired: "tma_pair" (above).
+template <int kBlockM, bool kGated, bool kEager, bool kPaired>
 __global__ void __launch_bounds__(TmaTile<kBlockM>::kThreads, 1)
     tma_kernel(const __grid_constant__ CUtensorMap weight_map, GroupedGemmArgs a) {
 #ifdef MOE_HAS_WGMMA
   using Tile = TmaTile<kBlockM>;
+  static_assert(!(kEager && kPaired), "tma_pair releases stages as tma does");
   constexpr int kStages = Tile::kStages;
+  constexpr int kCluster = kPaired ? 2 : 1;
   constexpr int64_t kColumnsPerTile = kGated ? kTileN / 2 : kTileN;
   extern __shared__ unsigned char shared_raw[];
   __shared__ __align__(8) uint64_t full[kStages];   // stage landed: A copies and B bytes
-  __shared__ __align__(8) uint64_t empty[kStages];  // stage read by every consumer warp
+  __shared__ __align__(8) uint64_t empty[kStages];  // stage read by every consumer warp (of both)
   // TMA's swizzle and the wgmma descriptors both assume 1024-byte aligned tiles.
   const uint32_t base = (shared_address(shared_raw) + 1023) & ~1023u;
   const uint32_t full_base = shared_address(full), empty_base = shared_address(empty);
@@ -188,14 +270,20 @@ __global__ void __launch_bounds__(TmaTile<kBlockM>::kThreads, 1)
     for (int s = 0; s < kStages; ++s) {
       // Every producer thread's cp.async arrival, plus the arrival carrying the TMA bytes.
       barrier_init(full_barrier(s), kProducerThreads + 1);
-      barrier_init(empty_barrier(s), Tile::kConsumerWarps);
+      barrier_init(empty_barrier(s), Tile::kConsumerWarps * kCluster);
     }
     // The barriers are written through the generic proxy; TMA completes them through the async
     // proxy.
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     fence_proxy_async_shared();
   }
-  __syncthreads();
+  // A pair's multicasts and arrivals reach the other thread block's barriers, so both must have
+  // initialized theirs first (and, at the end, neither may exit while the other can reach it).
+  if constexpr (kPaired) {
+    cluster_sync();
+  } else {
+    __syncthreads();
+  }
 
   const int64_t K = a.k_dim, columns = a.out_columns;
   const int k_tiles = static_cast<int>((K + kTileK - 1) / kTileK);
@@ -212,11 +300,12 @@ __global__ void __launch_bounds__(TmaTile<kBlockM>::kThreads, 1)
     const auto* input = static_cast<const __nv_bfloat16*>(a.input);
     // Eight threads per row, one 16-byte chunk each: a warp copies four whole 128-byte rows.
     const int chunk = t % 8;
-    for_each_tile(a, kColumnsPerTile, [&](int64_t block, int32_t expert, int64_t first_column) {
+    for_each_tile<kBlockM, kPaired>(a, kColumnsPerTile, [&](const TileWork& work) {
       int32_t source_row[Tile::kRowsPerProducer];  // input row of tile row t / 8 + 16 i, or -1
 #pragma unroll
       for (int i = 0; i < Tile::kRowsPerProducer; ++i) {
-        const int64_t pair = a.sorted_pair_ids[block * kBlockM + t / 8 + 16 * i];
+        const int64_t pair =
+            work.rows ? a.sorted_pair_ids[work.block * kBlockM + t / 8 + 16 * i] : -1;
         source_row[i] =
             pair >= 0 && pair < a.num_pairs ? static_cast<int32_t>(pair / a.row_divisor) : -1;
       }
@@ -228,20 +317,29 @@ __global__ void __launch_bounds__(TmaTile<kBlockM>::kThreads, 1)
         const uint32_t b_stage = a_stage + Tile::kABytes;
         const int k0 = kt * kTileK;
         if (t == 0) {
+          // Shared: this thread block loads its half of the boxes for both, and the other half
+          // arrives from its partner; either way all kBBytes land here.
           barrier_arrive_expect_bytes(full_barrier(ring.stage), Tile::kBBytes);
-#pragma unroll
-          for (int j = 0; j < kTileN; j += kBoxRows) {
+          const bool multicast = kPaired && work.shared_weights;
+          const int first_row = multicast ? static_cast<int>(cluster_rank()) * kTileN / 2 : 0;
+          const int end_row = multicast ? first_row + kTileN / 2 : kTileN;
+          for (int j = first_row; j < end_row; j += kBoxRows) {
             // Tile row j of consumer warpgroup j / kWarpGroupN; gated: its first half are gate
             // rows (row = column), its second half the matching up rows (I + column).
-            int64_t row = first_column + j;
+            int64_t row = work.first_column + j;
             if constexpr (kGated) {
               constexpr int kHalf = Tile::kWarpGroupN / 2;
               const int within = j % Tile::kWarpGroupN;
-              row = first_column + (j / Tile::kWarpGroupN) * kHalf + within % kHalf +
+              row = work.first_column + (j / Tile::kWarpGroupN) * kHalf + within % kHalf +
                     (within >= kHalf ? columns : 0);
             }
-            load_weight_box(b_stage + j * kRowBytes, &weight_map, k0, static_cast<int>(row), expert,
-                            full_barrier(ring.stage));
+            if (multicast) {
+              multicast_weight_box(b_stage + j * kRowBytes, &weight_map, k0, static_cast<int>(row),
+                                   work.expert, full_barrier(ring.stage));
+            } else {
+              load_weight_box(b_stage + j * kRowBytes, &weight_map, k0, static_cast<int>(row),
+                              work.expert, full_barrier(ring.stage));
+            }
           }
         }
 #pragma unroll
@@ -255,6 +353,7 @@ __global__ void __launch_bounds__(TmaTile<kBlockM>::kThreads, 1)
         barrier_arrive_after_copies(full_barrier(ring.stage));
       }
     });
+    if constexpr (kPaired) cluster_sync();
     return;
   }
 
@@ -274,18 +373,34 @@ __global__ void __launch_bounds__(TmaTile<kBlockM>::kThreads, 1)
   const bool paired_stores = columns % 2 == 0;
   float acc[Tile::kWarpGroupN / 2];
 
-  // Frees a stage: one arrival per consumer warp.
+  // Frees a stage: one arrival per consumer warp, on the `empty` barrier of every thread block of
+  // the cluster (a pair's producers multicast into this block's copy of the stage).
   auto free_stage = [&](int stage) {
-    if (lane == 0) barrier_arrive(empty_barrier(stage));
+    if (lane != 0) return;
+    if constexpr (kPaired) {
+      barrier_arrive_in(empty_barrier(stage), 0);
+      barrier_arrive_in(empty_barrier(stage), 1);
+    } else {
+      barrier_arrive(empty_barrier(stage));
+    }
   };
 
-  for_each_tile(a, kColumnsPerTile, [&](int64_t block, int32_t /*expert*/, int64_t first_column) {
+  for_each_tile<kBlockM, kPaired>(a, kColumnsPerTile, [&](const TileWork& work) {
+    if (!work.rows) {
+      // The partner's tile: take each stage as it lands (its weights half came from here) and
+      // free it, so both thread blocks use every stage equally often.
+      for (int kt = 0; kt < k_tiles; ++kt, ring.advance()) {
+        barrier_wait(full_barrier(ring.stage), ring.phase);
+        free_stage(ring.stage);
+      }
+      return;
+    }
     // The epilogue's rows, read now so the loads hide behind the mainloop.
     int32_t pair[2];
     float scale[2];
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      const int32_t p = a.sorted_pair_ids[block * kBlockM + first_row + half * 8];
+      const int32_t p = a.sorted_pair_ids[work.block * kBlockM + first_row + half * 8];
       pair[half] = p >= 0 && p < a.num_pairs ? p : -1;
       scale[half] =
           (!kGated && a.topk_weights != nullptr && pair[half] >= 0) ? a.topk_weights[p] : 1.0f;
@@ -335,7 +450,7 @@ __global__ void __launch_bounds__(TmaTile<kBlockM>::kThreads, 1)
       __nv_bfloat16* out_row = out + static_cast<int64_t>(pair[half]) * columns;
 #pragma unroll
       for (int n = 0; n < kOutChunks; ++n) {
-        const int64_t column = first_column + column_offset + n * 8;
+        const int64_t column = work.first_column + column_offset + n * 8;
         float v[2];
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
@@ -350,6 +465,7 @@ __global__ void __launch_bounds__(TmaTile<kBlockM>::kThreads, 1)
       }
     }
   });
+  if constexpr (kPaired) cluster_sync();
 #endif
 }
 
@@ -394,40 +510,76 @@ CUtensorMap weight_tensor_map(const GroupedGemmArgs& a) {
   return map;
 }
 
-template <int kBlockM, bool kGated, bool kEager>
+// One thread block per multiprocessor; tma_pair: as many clusters of two as fit at once (not every
+// multiprocessor can pair up), times two.
+template <int kBlockM, bool kGated, bool kEager, bool kPaired>
 void launch(const GroupedGemmArgs& args, cudaStream_t stream) {
   using Tile = TmaTile<kBlockM>;
-  constexpr auto kernel = tma_kernel<kBlockM, kGated, kEager>;
+  constexpr auto kernel = tma_kernel<kBlockM, kGated, kEager, kPaired>;
+  constexpr int kCluster = kPaired ? 2 : 1;
   allow_shared_bytes<kernel>(Tile::kSharedBytes, "cudaFuncSetAttribute(tma_kernel)");
   int device = 0, multiprocessors = 0;
   check(cudaGetDevice(&device), "cudaGetDevice");
   check(cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device),
         "cudaDeviceGetAttribute(multiprocessors)");
   const int64_t columns_per_tile = kGated ? kTileN / 2 : kTileN;
-  const int64_t tiles =
-      args.max_blocks * ((args.out_columns + columns_per_tile - 1) / columns_per_tile);
-  const auto blocks =
-      static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(tiles, multiprocessors)));
-  kernel<<<blocks, Tile::kThreads, Tile::kSharedBytes, stream>>>(weight_tensor_map(args), args);
+  const int64_t tiles = (args.max_blocks + kCluster - 1) / kCluster *
+                        ((args.out_columns + columns_per_tile - 1) / columns_per_tile);
+
+  cudaLaunchAttribute cluster = {};
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = kCluster;
+  cluster.val.clusterDim.y = 1;
+  cluster.val.clusterDim.z = 1;
+  cudaLaunchConfig_t config = {};
+  config.blockDim = dim3(Tile::kThreads);
+  config.dynamicSmemBytes = Tile::kSharedBytes;
+  config.stream = stream;
+  config.attrs = &cluster;
+  config.numAttrs = 1;
+  int64_t groups = multiprocessors / kCluster;
+  if constexpr (kPaired) {
+    config.gridDim = dim3(static_cast<unsigned>(groups * kCluster));
+    int active = 0;
+    check(cudaOccupancyMaxActiveClusters(&active, kernel, &config),
+          "cudaOccupancyMaxActiveClusters(tma_kernel)");
+    if (active > 0) groups = std::min<int64_t>(groups, active);
+  }
+  groups = std::max<int64_t>(1, std::min(tiles, groups));
+  config.gridDim = dim3(static_cast<unsigned>(groups * kCluster));
+  check(cudaLaunchKernelEx(&config, kernel, weight_tensor_map(args), args),
+        "cudaLaunchKernelEx(tma_kernel)");
 }
 
-template <int kBlockM, bool kEager>
+template <int kBlockM, bool kEager, bool kPaired>
 void launch_gated_or_not(bool gated, const GroupedGemmArgs& args, cudaStream_t stream) {
-  gated ? launch<kBlockM, true, kEager>(args, stream)
-        : launch<kBlockM, false, kEager>(args, stream);
+  gated ? launch<kBlockM, true, kEager, kPaired>(args, stream)
+        : launch<kBlockM, false, kEager, kPaired>(args, stream);
+}
+
+template <int kBlockM>
+void launch_variant(GemmKernel kernel, bool gated, const GroupedGemmArgs& args,
+                    cudaStream_t stream) {
+  switch (kernel) {
+    case GemmKernel::kTmaEager:
+      return launch_gated_or_not<kBlockM, true, false>(gated, args, stream);
+    case GemmKernel::kTmaPair:
+      return launch_gated_or_not<kBlockM, false, true>(gated, args, stream);
+    default:
+      return launch_gated_or_not<kBlockM, false, false>(gated, args, stream);
+  }
 }
 
 }  // namespace
 
-void tma_grouped_gemm(bool gated, bool eager, const GroupedGemmArgs& args, cudaStream_t stream) {
+void tma_grouped_gemm(GemmKernel kernel, bool gated, const GroupedGemmArgs& args,
+                      cudaStream_t stream) {
   // 128 rows: half the input traffic per flop; 64 rows, for experts with fewer pairs: less padding
   // computed.
   if (args.block_m == 64) {
-    eager ? launch_gated_or_not<64, true>(gated, args, stream)
-          : launch_gated_or_not<64, false>(gated, args, stream);
+    launch_variant<64>(kernel, gated, args, stream);
   } else {
-    eager ? launch_gated_or_not<128, true>(gated, args, stream)
-          : launch_gated_or_not<128, false>(gated, args, stream);
+    launch_variant<128>(kernel, gated, args, stream);
   }
   check_launch("grouped_gemm (tma)");
 }

@@ -16,13 +16,14 @@
 namespace moe::cuda {
 namespace {
 
-constexpr int kTileK = kSwizzledTileK;
-constexpr int kRowBytes = kSwizzledRowBytes;
-constexpr int kWarpGroupRows = 64;
-
-// kWarpGroups x 64 pairs by kTileN weight rows per block, kStages shared-memory stages.
+// kWarpGroups x 64 pairs by kTileN weight rows per block, kStages shared-memory stages. The
+// constants live in the struct and are referenced by its static_asserts too, since the sm_80 pass
+// compiles the kernel without its body.
 template <int kWarpGroups, int kTileN, int kStages>
 struct WgmmaTile {
+  static constexpr int kTileK = kSwizzledTileK;
+  static constexpr int kRowBytes = kSwizzledRowBytes;
+  static constexpr int kWarpGroupRows = 64;
   static constexpr int kThreads = kWarpGroups * 128;
   static constexpr int kBM = kWarpGroups * kWarpGroupRows;
   static constexpr int kABytes = kBM * kRowBytes;     // per stage
@@ -33,13 +34,17 @@ struct WgmmaTile {
   static constexpr int kChunksB = kTileN * 8 / kThreads;
   static constexpr int kAccumulators = kTileN / 2;  // f32 per thread of a 64 x kTileN tile
   static_assert(kStages >= 3, "one stage computing, one landing, one being filled");
+  static_assert(kChunksA * kThreads == kBM * 8 && kChunksB * kThreads == kTileN * 8 &&
+                    kAccumulators * 2 == kTileN && kTileK % 16 == 0,
+                "whole 16-byte chunks per thread, whole k16 steps per stage");
 };
 
 template <int kWarpGroups, int kTileN, int kStages, bool kGated>
 __global__ void __launch_bounds__(kWarpGroups * 128, 1) wgmma_kernel(GroupedGemmArgs a) {
 #ifdef MOE_HAS_WGMMA
   using Tile = WgmmaTile<kWarpGroups, kTileN, kStages>;
-  constexpr int kBM = Tile::kBM;
+  constexpr int kBM = Tile::kBM, kTileK = Tile::kTileK, kRowBytes = Tile::kRowBytes;
+  constexpr int kWarpGroupRows = Tile::kWarpGroupRows;
   extern __shared__ unsigned char shared_raw[];
   __shared__ int32_t pair_of_row[kBM];
   __shared__ int32_t input_row[kBM];

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <string>
 
+#include "kernels/cuda/align_block_size.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/fill_random.h"
@@ -18,6 +19,8 @@
 #include "ops/cuda_plan_choice.h"
 #include "parallel/cuda/data_path.h"
 #include "parallel/cuda/ipc_buffers.h"
+#include "parallel/cuda/replica_choice.h"
+#include "parallel/dispatch_plan.h"
 
 namespace moe {
 
@@ -52,11 +55,11 @@ void check_config(const MoeConfig& config, const ExpertMap& map, const Communica
     fail("CudaEpLayer: H must be a multiple of 8 (rows move as 16-byte vectors); got {}",
          x.hidden_size);
   }
-  if (map.num_experts() != r.num_experts || map.has_replicas()) {
+  if (map.num_experts() != r.num_experts || map.num_slots() > cuda::kMaxAlignExperts) {
     fail(
-        "CudaEpLayer: the expert map must hold the config's {} experts once each (replicas are "
-        "not supported on the GPU path yet); got {} slots for {} experts",
-        r.num_experts, map.num_slots(), map.num_experts());
+        "CudaEpLayer: the expert map must hold the config's {} experts in at most {} slots; got "
+        "{} slots for {} experts",
+        r.num_experts, cuda::kMaxAlignExperts, map.num_slots(), map.num_experts());
   }
   if (map.num_ranks() != host.size()) {
     fail("CudaEpLayer: the expert map is for {} ranks, the communicator has {}", map.num_ranks(),
@@ -128,7 +131,12 @@ struct CudaEpLayer::State {
   cublasHandle_t cublas = nullptr;
   int64_t num_local = 0;
   cuda::DeviceBuffer router, router_bias, correction_bias, w13, w2;
-  cuda::DeviceBuffer kernel_map, rank_of_expert;  // [E] each
+  cuda::DeviceBuffer kernel_map, rank_of_slot;  // [S] each
+  // Replica choice (replica_choice.h): the candidates' table, and each pair's slot. Skipped when
+  // slot s holds expert s for every s (the ids are the slots).
+  bool choose_slots = false;
+  int32_t max_candidates = 1;
+  cuda::DeviceBuffer candidate_offsets, candidates, slot_ids;
   cuda::DeviceBuffer logits, ids, weights;
   cuda::ExpertsRunner experts;
   std::string device_name;
@@ -211,7 +219,7 @@ void CudaEpLayer::State::connect(const MoeConfig& config, const CudaEpOptions& o
                                  Communicator* device_comm) {
   State& s = *this;
   const int me = s.host.rank(), N = s.host.size();
-  const int64_t E = config.routing.num_experts;
+  const int64_t E = config.routing.num_experts, S = s.map.num_slots();
   check(cudaGetDevice(&s.device), "cudaGetDevice");
   cudaDeviceProp properties{};
   check(cudaGetDeviceProperties(&properties, s.device), "cudaGetDeviceProperties");
@@ -220,25 +228,39 @@ void CudaEpLayer::State::connect(const MoeConfig& config, const CudaEpOptions& o
   check(cublasCreate(&s.cublas), "cublasCreate");
   s.num_local = static_cast<int64_t>(s.map.local_slots(me).size());
 
+  // Pairs travel and are served under their slot ids: the kernels' maps are over slots.
   const std::vector<int32_t> kernel_map = s.map.kernel_expert_map(me);
-  std::vector<int32_t> rank_of(static_cast<size_t>(E));
-  for (int64_t e = 0; e < E; ++e) rank_of[static_cast<size_t>(e)] = s.map.rank_of_slot(e);
-  s.kernel_map.reserve(static_cast<size_t>(E) * sizeof(int32_t));
-  s.rank_of_expert.reserve(static_cast<size_t>(E) * sizeof(int32_t));
-  check(cudaMemcpy(s.kernel_map.data(), kernel_map.data(), E * sizeof(int32_t),
-                   cudaMemcpyHostToDevice),
-        "cudaMemcpy (expert map)");
-  check(cudaMemcpy(s.rank_of_expert.data(), rank_of.data(), E * sizeof(int32_t),
-                   cudaMemcpyHostToDevice),
-        "cudaMemcpy (expert ranks)");
+  std::vector<int32_t> rank_of(static_cast<size_t>(S));
+  for (int64_t slot = 0; slot < S; ++slot) {
+    rank_of[static_cast<size_t>(slot)] = s.map.rank_of_slot(slot);
+    s.choose_slots |= s.map.expert_of_slot(slot) != slot;
+  }
+  s.choose_slots |= S != E;
+  const auto to_device = [](cuda::DeviceBuffer& buffer, const std::vector<int32_t>& values,
+                            const char* what) {
+    buffer.reserve(std::max<size_t>(values.size(), 1) * sizeof(int32_t));
+    check(cudaMemcpy(buffer.data(), values.data(), values.size() * sizeof(int32_t),
+                     cudaMemcpyHostToDevice),
+          what);
+  };
+  to_device(s.kernel_map, kernel_map, "cudaMemcpy (expert map)");
+  to_device(s.rank_of_slot, rank_of, "cudaMemcpy (slot ranks)");
+  if (s.choose_slots) {
+    std::vector<int> host_of_rank(static_cast<size_t>(N));
+    for (int r = 0; r < N; ++r) host_of_rank[static_cast<size_t>(r)] = s.host.host_of(r);
+    const parallel::ReplicaCandidates table = parallel::replica_candidates(s.map, me, host_of_rank);
+    s.max_candidates = table.max_count();
+    to_device(s.candidate_offsets, table.offsets, "cudaMemcpy (replica candidates)");
+    to_device(s.candidates, table.slots, "cudaMemcpy (replica candidates)");
+  }
 
   cuda::ep::PathShape shape;
   shape.num_ranks = N;
   shape.rank = me;
   shape.hidden_size = config.experts.hidden_size;
   shape.top_k = config.routing.top_k;
-  shape.num_experts = E;
-  shape.rank_of_expert = static_cast<const int32_t*>(s.rank_of_expert.data());
+  shape.num_experts = S;
+  shape.rank_of_expert = static_cast<const int32_t*>(s.rank_of_slot.data());
   const auto timeout_ns = static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(options.timeout).count());
   if (options.dispatcher == DispatcherKind::kLowLatency) {
@@ -272,11 +294,26 @@ void CudaEpLayer::dispatch(const TensorView& hidden, const TensorView& topk_ids,
   check_tokens(hidden, "hidden", DType::kBF16, M, H);
   check_tokens(topk_ids, "topk_ids", DType::kI32, M, k);
   check_tokens(topk_weights, "topk_weights", DType::kF32, M, k);
-  use_device(state_->device);
-  state_->num_tokens = M;
-  state_->path->dispatch({hidden.data, static_cast<const int32_t*>(topk_ids.data),
-                          static_cast<const float*>(topk_weights.data), M},
-                         state_->stream);
+  State& s = *state_;
+  use_device(s.device);
+  s.num_tokens = M;
+  const auto* ids = static_cast<const int32_t*>(topk_ids.data);
+  if (s.choose_slots) {
+    // Grows only with M: a step replayed in a graph finds the buffer in place.
+    s.slot_ids.reserve(static_cast<size_t>(std::max<int64_t>(M * k, 1)) * sizeof(int32_t));
+    cuda::ep::ReplicaChoiceArgs choice;
+    choice.topk_ids = ids;
+    choice.num_pairs = M * k;
+    choice.num_experts = config_.routing.num_experts;
+    choice.candidate_offsets = static_cast<const int32_t*>(s.candidate_offsets.data());
+    choice.candidates = static_cast<const int32_t*>(s.candidates.data());
+    choice.max_candidates = s.max_candidates;
+    choice.rank = s.host.rank();
+    choice.slot_ids = static_cast<int32_t*>(s.slot_ids.data());
+    cuda::ep::choose_replicas(choice, s.stream);
+    ids = choice.slot_ids;
+  }
+  s.path->dispatch({hidden.data, ids, static_cast<const float*>(topk_weights.data), M}, s.stream);
 }
 
 void CudaEpLayer::experts() {
@@ -287,7 +324,7 @@ void CudaEpLayer::experts() {
   problem.hidden_size = config_.experts.hidden_size;
   problem.intermediate_size = config_.experts.intermediate_size;
   problem.top_k = config_.routing.top_k;
-  problem.num_experts = config_.routing.num_experts;
+  problem.num_experts = s.map.num_slots();  // the received ids are slots
   problem.num_local_experts = s.num_local;
   problem.hidden = in.rows;
   problem.hidden_dtype = DType::kBF16;

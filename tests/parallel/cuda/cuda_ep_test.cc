@@ -1,9 +1,11 @@
 // CudaEpLayer under mpirun (one process per GPU) against the single-GPU CUDA layer with the same
 // weights and tokens: both data paths (the high-throughput one peer to peer and over NCCL),
 // high-throughput batches larger than any before, ranks without tokens, experts without pairs,
-// every token to one rank, overflow of the low-latency capacity (an error on every rank, then a
-// normal step), a low-latency step captured in a CUDA graph and replayed, and a peer that never
-// enters a step (the others fail within the timeout instead of hanging).
+// every token to one rank, replicas of experts on both ranks (also with every token on the
+// replicated experts), the GPU's replica choice against the CPU path's, overflow of the
+// low-latency capacity (an error on every rank, then a normal step), a low-latency step captured
+// in a CUDA graph and replayed, and a peer that never enters a step (the others fail within the
+// timeout instead of hanging).
 //
 // Equal within bf16 rounding, not bitwise: each partial row (a token's pairs served by one rank)
 // is rounded to bf16 before the source adds them, where the single-GPU layer adds the k pair rows;
@@ -26,6 +28,8 @@
 #include "moe/experts.h"
 #include "moe/layer.h"
 #include "parallel/cuda/cuda_ep_world.h"
+#include "parallel/cuda/replica_choice.h"
+#include "parallel/dispatch_plan.h"
 
 namespace moe {
 namespace {
@@ -61,19 +65,70 @@ void expect_close(const Tensor& got, const Tensor& want, int64_t k, int num_rank
   }
 }
 
-// Rows this rank must send each rank: one per token and serving rank.
-std::vector<int64_t> expected_rows(const Tensor& ids, const ExpertMap& map) {
+std::vector<int> hosts_of(const Communicator& c) {
+  std::vector<int> hosts;
+  for (int r = 0; r < c.size(); ++r) hosts.push_back(c.host_of(r));
+  return hosts;
+}
+
+// The slots the CPU path's rule (parallel::ReplicaChooser) picks for `ids` [P] of `rank`; ids
+// outside [0, E) get -1. The rule counts each expert's pairs, which the -1 pairs do not change.
+std::vector<int32_t> cpu_slots(const std::vector<int32_t>& ids, const ExpertMap& map,
+                               const Communicator& host, int rank) {
+  std::vector<int32_t> valid, slots(ids.size(), -1);
+  for (int32_t e : ids) {
+    if (e >= 0 && e < map.num_experts()) valid.push_back(e);
+  }
+  const std::vector<int> hosts = hosts_of(host);
+  parallel::ReplicaChooser chooser(map, rank, hosts);
+  std::vector<int32_t> chosen(valid.size());
+  chooser.choose(valid.data(), static_cast<int64_t>(valid.size()), chosen.data());
+  for (size_t p = 0, i = 0; p < ids.size(); ++p) {
+    if (ids[p] >= 0 && ids[p] < map.num_experts()) slots[p] = chosen[i++];
+  }
+  return slots;
+}
+
+// Rows this rank must send each rank: one per token and serving rank, the slots chosen by the
+// CPU path's rule.
+std::vector<int64_t> expected_rows(const Tensor& ids, const ExpertMap& map,
+                                   const Communicator& host) {
   std::vector<int64_t> rows(static_cast<size_t>(map.num_ranks()), 0);
   const int64_t M = ids.size(0), k = ids.size(1);
+  const std::vector<int32_t> slots =
+      cpu_slots(std::vector<int32_t>(ids.data<int32_t>(), ids.data<int32_t>() + M * k), map, host,
+                host.rank());
   for (int64_t t = 0; t < M; ++t) {
     std::set<int32_t> ranks;
     for (int64_t j = 0; j < k; ++j) {
-      const int32_t e = ids.data<int32_t>()[t * k + j];
-      if (e >= 0) ranks.insert(map.rank_of_slot(e));
+      const int32_t slot = slots[static_cast<size_t>(t * k + j)];
+      if (slot >= 0) ranks.insert(map.rank_of_slot(slot));
     }
     for (int32_t r : ranks) ++rows[static_cast<size_t>(r)];
   }
   return rows;
+}
+
+// E experts over N >= 2 ranks as contiguous() places them, plus: expert 0 also on the last
+// rank, expert E-1 also on rank 0 (replicas on two ranks: each rank serves its own pairs), a
+// second replica of expert 1 on rank 0 and of expert E-2 on the last rank (pairs alternate
+// between two slots of one rank; the other ranks choose between two remote slots). Slots are
+// numbered rank by rank with the experts shuffled inside a rank, so slot ids are not expert ids.
+ExpertMap replicated_map(int64_t E, int N) {
+  const ExpertMap base = ExpertMap::contiguous(E, N);
+  std::vector<std::pair<int32_t, int32_t>> placed;  // (rank, expert)
+  for (int64_t s = 0; s < E; ++s) placed.emplace_back(base.rank_of_slot(s), base.expert_of_slot(s));
+  const auto last = static_cast<int32_t>(N - 1), e = static_cast<int32_t>(E);
+  placed.insert(placed.end(), {{last, 0}, {0, e - 1}, {0, 1}, {last, e - 2}});
+  std::stable_sort(placed.begin(), placed.end(), [&](const auto& a, const auto& b) {
+    return a.first != b.first ? a.first < b.first : (a.second * 7) % e < (b.second * 7) % e;
+  });
+  std::vector<int32_t> experts, ranks;
+  for (const auto& [rank, expert] : placed) {
+    ranks.push_back(rank);
+    experts.push_back(expert);
+  }
+  return ExpertMap(std::move(experts), std::move(ranks), E, N);
 }
 
 // A data path: the dispatcher, and for the high-throughput one whether it goes through NCCL
@@ -112,7 +167,7 @@ class CudaEp : public ::testing::TestWithParam<PathChoice> {
     const DeviceTensor want = DeviceTensor::empty_like(DType::kBF16, hidden.shape());
     if (M > 0) fused_experts(d_hidden, w13, w2, d_weights, d_ids, want);
     expect_close(out.to_host(), want.to_host(), k, N);
-    EXPECT_EQ(layer.last_stats().rows_sent, expected_rows(ids, map));
+    EXPECT_EQ(layer.last_stats().rows_sent, expected_rows(ids, map, host));
   }
 };
 
@@ -186,6 +241,99 @@ TEST_P(CudaEp, HighThroughputTakesBatchesLargerThanAnyBefore) {
   }
 }
 
+TEST_P(CudaEp, ReplicasOnBothRanks) {
+  map = replicated_map(config.routing.num_experts, N);
+  ASSERT_TRUE(map.has_replicas());
+  MoeLayer single(config, full, {Backend::kCuda});
+  CudaEpLayer layer = make_layer(600);  // the most tokens per rank below
+  const int64_t H = config.experts.hidden_size, k = config.routing.top_k;
+  for (int64_t M : {int64_t{41} + 9 * me, int64_t{3}}) {
+    SCOPED_TRACE(fmt::format("rank {} M {} (routed by the router)", me, M));
+    const Tensor hidden = testing::random_normal(DType::kBF16, {M, H}, M * 10 + me);
+    const DeviceTensor d_hidden(hidden);
+    const DeviceTensor out = DeviceTensor::empty_like(DType::kBF16, hidden.shape());
+    layer.forward(d_hidden, out);
+    expect_close(out.to_host(), single.forward(hidden), k, N);
+  }
+  for (int64_t M : {int64_t{0}, int64_t{600}, int64_t{17} + me}) {
+    SCOPED_TRACE(fmt::format("rank {} M {} (random routing)", me, M));
+    const Tensor hidden = testing::random_normal(DType::kBF16, {M, H}, 5 + M + me);
+    Tensor ids(DType::kI32, {M, k});
+    testing::fill_uniform_int(ids, 21 + me, -1,
+                              static_cast<int32_t>(config.routing.num_experts - 1));
+    expect_routed_step(layer, hidden, ids);
+  }
+}
+
+TEST_P(CudaEp, EveryPairOnTheReplicatedExperts) {
+  map = replicated_map(config.routing.num_experts, N);
+  CudaEpLayer layer = make_layer();
+  const int64_t M = 64, k = config.routing.top_k, E = config.routing.num_experts;
+  const int32_t hot[] = {0, 1, static_cast<int32_t>(E - 1), static_cast<int32_t>(E - 2)};
+  const Tensor hidden = testing::random_normal(DType::kBF16, {M, config.experts.hidden_size}, me);
+  Tensor ids(DType::kI32, {M, k});
+  for (int64_t t = 0; t < M; ++t) {
+    for (int64_t j = 0; j < k; ++j) ids.data<int32_t>()[t * k + j] = hot[(t + j) % 4];
+  }
+  expect_routed_step(layer, hidden, ids);
+}
+
+// The GPU's choice is the CPU path's, slot for slot, on every rank: several chunks of the
+// ranking kernel, ids outside [0, E), and the plain lookup when no expert has two candidates.
+TEST(CudaEpReplicaChoice, MatchesTheCpuRule) {
+  Communicator& host = testing::host_world();
+  const int me = host.rank(), N = host.size();
+  const auto permuted = [&](int64_t E) {  // one slot per expert, slot ids not expert ids
+    std::vector<int32_t> experts, ranks;
+    const ExpertMap base = ExpertMap::contiguous(E, N);
+    for (int64_t s = 0; s < E; ++s) {
+      experts.push_back(static_cast<int32_t>(E - 1 - s));
+      ranks.push_back(base.rank_of_slot(s));
+    }
+    return ExpertMap(std::move(experts), std::move(ranks), E, N);
+  };
+  const std::vector<std::pair<const char*, ExpertMap>> maps = {
+      {"replicated E=16", replicated_map(16, N)},
+      {"replicated E=512", replicated_map(512, N)},
+      {"permuted E=16", permuted(16)},
+  };
+  for (const auto& [name, map] : maps) {
+    const std::vector<int> hosts = hosts_of(host);
+    const parallel::ReplicaCandidates table = parallel::replica_candidates(map, me, hosts);
+    const auto upload = [](const std::vector<int32_t>& values) {
+      return DeviceTensor(TensorView(const_cast<int32_t*>(values.data()), DType::kI32,
+                                     {static_cast<int64_t>(values.size())}));
+    };
+    const DeviceTensor offsets = upload(table.offsets), candidates = upload(table.slots);
+    for (int64_t P : {int64_t{1}, int64_t{511}, int64_t{3001}}) {
+      SCOPED_TRACE(fmt::format("rank {} {} pairs {}", me, name, P));
+      Tensor ids(DType::kI32, {P});
+      testing::fill_uniform_int(ids, static_cast<uint64_t>(P + me), -1,
+                                static_cast<int32_t>(map.num_experts()));
+      const DeviceTensor d_ids(ids);
+      const DeviceTensor slots = DeviceTensor::empty_like(DType::kI32, {P});
+      cuda::ep::ReplicaChoiceArgs args;
+      args.topk_ids = static_cast<const int32_t*>(d_ids.view().data);
+      args.num_pairs = P;
+      args.num_experts = map.num_experts();
+      args.candidate_offsets = static_cast<const int32_t*>(offsets.view().data);
+      args.candidates = static_cast<const int32_t*>(candidates.view().data);
+      args.max_candidates = table.max_count();
+      args.rank = me;
+      args.slot_ids = static_cast<int32_t*>(slots.view().data);
+      cuda::ep::choose_replicas(args, nullptr);
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      const Tensor got = slots.to_host();
+      const std::vector<int32_t> want = cpu_slots(
+          std::vector<int32_t>(ids.data<int32_t>(), ids.data<int32_t>() + P), map, host, me);
+      for (int64_t p = 0; p < P; ++p) {
+        ASSERT_EQ(got.data<int32_t>()[p], want[static_cast<size_t>(p)])
+            << "pair " << p << " (expert " << ids.data<int32_t>()[p] << ")";
+      }
+    }
+  }
+}
+
 TEST(CudaEpLowLatency, OverflowFailsEveryRankWithTheCountsThenTheNextStepRuns) {
   Communicator& host = testing::host_world();
   const int me = host.rank(), N = host.size();
@@ -227,40 +375,44 @@ TEST(CudaEpLowLatency, CapturedStepReplaysInACudaGraph) {
   const int me = host.rank(), N = host.size();
   MoeConfig config = small_config();
   const LayerWeights full = synthetic_layer_weights(config, DType::kBF16, 7);
-  const ExpertMap map = ExpertMap::contiguous(config.routing.num_experts, N);
-  CudaEpLayer layer(config, local_layer_weights(full, map, me), map, host, nullptr, {});
-  const int64_t M = 32, k = config.routing.top_k, H = config.experts.hidden_size;
-  Tensor ids(DType::kI32, {M, k});
-  testing::fill_uniform_int(ids, 5 + me, 0, static_cast<int32_t>(config.routing.num_experts - 1));
-  const Tensor weights = testing::random_normal(DType::kF32, {M, k}, 9 + me, 0.3f);
-  const DeviceTensor d_ids(ids), d_weights(weights), w13(full.w13), w2(full.w2);
-  DeviceTensor d_hidden(testing::random_normal(DType::kBF16, {M, H}, me));
-  const DeviceTensor out = DeviceTensor::empty_like(DType::kBF16, {M, H});
-  layer.forward_routed(d_hidden, d_ids, d_weights, out);  // sizes every buffer
+  // With replicas the step also holds the replica choice.
+  for (const ExpertMap& map : {ExpertMap::contiguous(config.routing.num_experts, N),
+                               replicated_map(config.routing.num_experts, N)}) {
+    SCOPED_TRACE(fmt::format("rank {}: {} slots", me, map.num_slots()));
+    CudaEpLayer layer(config, local_layer_weights(full, map, me), map, host, nullptr, {});
+    const int64_t M = 32, k = config.routing.top_k, H = config.experts.hidden_size;
+    Tensor ids(DType::kI32, {M, k});
+    testing::fill_uniform_int(ids, 5 + me, 0, static_cast<int32_t>(config.routing.num_experts - 1));
+    const Tensor weights = testing::random_normal(DType::kF32, {M, k}, 9 + me, 0.3f);
+    const DeviceTensor d_ids(ids), d_weights(weights), w13(full.w13), w2(full.w2);
+    DeviceTensor d_hidden(testing::random_normal(DType::kBF16, {M, H}, me));
+    const DeviceTensor out = DeviceTensor::empty_like(DType::kBF16, {M, H});
+    layer.forward_routed(d_hidden, d_ids, d_weights, out);  // sizes every buffer
 
-  auto stream = static_cast<cudaStream_t>(layer.stream());
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
-  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-  layer.dispatch(d_hidden, d_ids, d_weights);
-  layer.experts();
-  layer.combine(out);
-  ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
-  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-  for (int replay = 0; replay < 3; ++replay) {
-    SCOPED_TRACE(fmt::format("rank {} replay {}", me, replay));
-    const Tensor hidden = testing::random_normal(DType::kBF16, {M, H}, 100 * replay + me);
-    ASSERT_EQ(cudaMemcpyAsync(d_hidden.view().data, hidden.data<void>(), hidden.nbytes(),
-                              cudaMemcpyHostToDevice, stream),
-              cudaSuccess);
-    ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
-    layer.finish_step();
-    const DeviceTensor want = DeviceTensor::empty_like(DType::kBF16, {M, H});
-    fused_experts(d_hidden, w13, w2, d_weights, d_ids, want);
-    expect_close(out.to_host(), want.to_host(), k, N);
+    auto stream = static_cast<cudaStream_t>(layer.stream());
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    layer.dispatch(d_hidden, d_ids, d_weights);
+    layer.experts();
+    layer.combine(out);
+    ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+    ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    for (int replay = 0; replay < 3; ++replay) {
+      SCOPED_TRACE(fmt::format("rank {} replay {}", me, replay));
+      const Tensor hidden = testing::random_normal(DType::kBF16, {M, H}, 100 * replay + me);
+      ASSERT_EQ(cudaMemcpyAsync(d_hidden.view().data, hidden.data<void>(), hidden.nbytes(),
+                                cudaMemcpyHostToDevice, stream),
+                cudaSuccess);
+      ASSERT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+      layer.finish_step();
+      const DeviceTensor want = DeviceTensor::empty_like(DType::kBF16, {M, H});
+      fused_experts(d_hidden, w13, w2, d_weights, d_ids, want);
+      expect_close(out.to_host(), want.to_host(), k, N);
+    }
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
   }
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(graph);
 }
 
 TEST(CudaEpLowLatency, PeerThatSkipsAStepFailsTheOthersWithinTheTimeout) {

@@ -6,18 +6,20 @@
 
 #include <chrono>
 #include <cstdio>
+#include <optional>
+#include <vector>
 
 #include "moe/error.h"
 #include "moe/mpi_communicator.h"
 #include "moe/nccl_communicator.h"
 #include "parallel/cuda/cuda_ep_world.h"
+#include "parallel/cuda/gpu_per_rank.h"
 
 namespace moe::testing {
 namespace {
 
 Communicator* g_host = nullptr;
 Communicator* g_nccl = nullptr;
-constexpr int kSkipped = 77;
 
 }  // namespace
 
@@ -34,26 +36,9 @@ int main(int argc, char** argv) {
   try {
     std::unique_ptr<moe::Communicator> world = moe::make_mpi_communicator();
     world->set_timeout(std::chrono::seconds(60));
-    int local_index = 0, local_ranks = 0;
-    for (int r = 0; r < world->size(); ++r) {
-      if (!world->same_host(r, me)) continue;
-      if (r < me) ++local_index;
-      ++local_ranks;
-    }
-    const int devices = moe::cuda_device_count();
-    const int mine = world->size() >= 2 && devices >= local_ranks ? 1 : 0;
-    std::vector<int> all(static_cast<size_t>(world->size()));
-    world->all_gather(&mine, sizeof mine, all.data());
-    for (int ok : all) {
-      if (ok) continue;
-      if (me == 0) {
-        std::printf(
-            "SKIP: needs >= 2 ranks, each with its own CUDA device; %d ranks, %d devices "
-            "for %d ranks on rank 0's host\n",
-            world->size(), devices, local_ranks);
-      }
-      return moe::testing::kSkipped;
-    }
+    const std::optional<int> gpu = moe::testing::gpu_of_this_rank(*world);
+    if (!gpu) return moe::testing::kSkipped;
+    const int local_index = *gpu;
     if (cudaSetDevice(local_index) != cudaSuccess) moe::fail("cudaSetDevice({})", local_index);
     std::unique_ptr<moe::Communicator> nccl =
         moe::make_nccl_communicator(*world, {.device = local_index});
@@ -64,6 +49,7 @@ int main(int argc, char** argv) {
       delete listeners.Release(listeners.default_result_printer());
     }
     const int result = RUN_ALL_TESTS();
+    std::vector<int> all(static_cast<size_t>(world->size()));
     world->all_gather(&result, sizeof result, all.data());
     status = 0;
     for (int s : all) status = std::max(status, s);
