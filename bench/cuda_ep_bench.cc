@@ -10,8 +10,11 @@
 // NCCL all-to-all of the dispatch's bytes per peer, and a 256 MiB cudaMemcpyPeerAsync from every
 // GPU to the next at once (the copy engines' peer bandwidth).
 //
+// Paths: ll (low-latency), ht (high-throughput: peer to peer where every GPU reaches every other,
+// else NCCL), nccl (high-throughput forced through NCCL).
+//
 // Run: mpirun -np 2 build/release/bench/moe_bench_cuda_ep [--tokens 128,4096] [--iterations 20]
-//        [--paths ll,ht] [--models qwen3-30b-a3b,deepseek-v3]
+//        [--paths ll,ht,nccl] [--models qwen3-30b-a3b,deepseek-v3]
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
 
@@ -150,7 +153,7 @@ double nccl_all_to_all_seconds(Communicator& host, Communicator& nccl, int64_t b
 struct Case {
   std::string model;
   int64_t tokens;
-  DispatcherKind dispatcher;
+  std::string path;  // ll, ht or nccl
 };
 
 void run_case(Communicator& host, Communicator& nccl, const Case& c, int iterations,
@@ -162,7 +165,9 @@ void run_case(Communicator& host, Communicator& nccl, const Case& c, int iterati
   const int64_t H = config.experts.hidden_size, E = config.routing.num_experts;
   const int64_t k = config.routing.top_k, M = c.tokens;
   CudaEpOptions options;
-  options.dispatcher = c.dispatcher;
+  options.dispatcher =
+      c.path == "nccl" ? DispatcherKind::kHighThroughput : parse_dispatcher(c.path);
+  options.high_throughput_over_nccl = c.path == "nccl";
   options.low_latency_capacity = M;  // a rank never sends one peer more rows than its tokens
   CudaEpLayer layer =
       CudaEpLayer::synthetic(config, ExpertMap::contiguous(E, N), host, &nccl, options, 1);
@@ -223,7 +228,7 @@ void run_case(Communicator& host, Communicator& nccl, const Case& c, int iterati
     if (i >= 3) step.push_back(layer.last_stats().total_us);
   }
   // The low-latency step (dispatch, experts, combine) as one CUDA graph: no launch gaps.
-  if (c.dispatcher == DispatcherKind::kLowLatency) {
+  if (options.dispatcher == DispatcherKind::kLowLatency) {
     cudaGraph_t graph = nullptr;
     cudaGraphExec_t exec = nullptr;
     check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "capture");
@@ -263,19 +268,19 @@ void run_case(Communicator& host, Communicator& nccl, const Case& c, int iterati
   const double nccl_gbs = slowest(host, -dispatch_bytes / (nccl_s * 1e9)) * -1;
   if (me == 0) {
     std::printf(
-        "%-14s %6lld  %-2s | %8.1f %7.1f | %8.1f %7.1f | %9.1f %9.1f %11s | %8.1f %7.1f | "
+        "%-14s %6lld %-4s | %8.1f %7.1f | %8.1f %7.1f | %9.1f %9.1f %11s | %8.1f %7.1f | "
         "%5.0f%% %5.0f%% | %5.0f%%\n",
-        c.model.c_str(), static_cast<long long>(M), dispatcher_name(c.dispatcher), d_us, d_gbs,
-        c_us, c_gbs, x_us, s_us, graph_step.empty() ? "-" : fmt::format("{:.1f}", g_us).c_str(),
-        nccl_s * 1e6, nccl_gbs, 100 * d_gbs / (peer_bandwidth / 1e9),
-        100 * c_gbs / (peer_bandwidth / 1e9), 100 * d_gbs / std::max(nccl_gbs, 1e-9));
+        c.model.c_str(), static_cast<long long>(M), c.path.c_str(), d_us, d_gbs, c_us, c_gbs, x_us,
+        s_us, graph_step.empty() ? "-" : fmt::format("{:.1f}", g_us).c_str(), nccl_s * 1e6,
+        nccl_gbs, 100 * d_gbs / (peer_bandwidth / 1e9), 100 * c_gbs / (peer_bandwidth / 1e9),
+        100 * d_gbs / std::max(nccl_gbs, 1e-9));
   }
 }
 
 int run(int argc, char** argv) {
   std::vector<int64_t> tokens = {128, 4096};
   std::vector<std::string> models = {"qwen3-30b-a3b", "deepseek-v3"};
-  std::vector<std::string> paths = {"ll", "ht"};
+  std::vector<std::string> paths = {"ll", "ht", "nccl"};
   int iterations = 20;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
@@ -292,6 +297,9 @@ int run(int argc, char** argv) {
       fail("moe_bench_cuda_ep: unknown flag '{}' (--tokens, --iterations, --paths, --models)",
            flag);
     }
+  }
+  for (const std::string& p : paths) {
+    if (p != "nccl") parse_dispatcher(p);  // throws on an unknown path before any case runs
   }
   std::unique_ptr<Communicator> host = make_mpi_communicator();
   host->set_timeout(std::chrono::seconds(120));
@@ -318,7 +326,7 @@ int run(int argc, char** argv) {
   for (const std::string& model : models) {
     for (int64_t t : tokens) {
       for (const std::string& p : paths) {
-        run_case(*host, *nccl, {model, t, parse_dispatcher(p)}, iterations, peer);
+        run_case(*host, *nccl, {model, t, p}, iterations, peer);
       }
     }
   }

@@ -20,9 +20,13 @@
 //                    waited for on the GPU. No host synchronization: the step can be captured in a
 //                    CUDA graph. Overflow of the capacity and peers that stop answering are
 //                    reported after the step with counts, never dropped or hung on.
-//   high-throughput  (prefill) counts through the host communicator, then exact all-to-alls of
-//                    rows, ids and weights through the device communicator (NCCL); synchronizes
-//                    the host once per step for the counts.
+//   high-throughput  (prefill) on one host whose GPUs all reach each other peer to peer: the
+//                    same peer-to-peer kernels, the buffers grown collectively to the most tokens
+//                    a rank has in a step (the ranks all-gather their token counts on the host,
+//                    no device synchronization). Otherwise (across hosts, no P2P, or
+//                    high_throughput_over_nccl): counts through the host communicator, then exact
+//                    all-to-alls of rows, ids and weights through the device communicator (NCCL),
+//                    which synchronizes the host once per step for the counts.
 //
 // The output equals the single-GPU CUDA layer's within bf16 rounding, not bitwise: each partial
 // row is rounded to bf16 before the source adds it, and the experts may choose another kernel
@@ -48,8 +52,11 @@ struct CudaEpOptions {
   // Low-latency: the most token rows one rank sends another per step. A rank never sends one
   // peer more rows than it has tokens, so the most tokens per rank never overflows.
   int64_t low_latency_capacity = 128;
-  // Bound of every wait on a peer on the device (low-latency); past it the step fails.
+  // Bound of every wait on a peer on the device (peer-to-peer paths); past it the step fails.
   std::chrono::milliseconds timeout{10000};
+  // High-throughput: NCCL even where every GPU reaches every other peer to peer (tests, and
+  // comparing the two transports).
+  bool high_throughput_over_nccl = false;
   int64_t block_m = 0;  // experts' rows per block; 0 = the CUDA backend's choice
 };
 
@@ -70,7 +77,8 @@ class CudaEpLayer {
   // (and its biases); w13 [L, 2I, H] and w2 [L, H, I] bf16 for this rank's L slots
   // (local_layer_weights in moe/ep_layer.h). `host` is a host-memory communicator (MPI) of the
   // ranks: it bootstraps the IPC buffers and carries the high-throughput counts; `device` (NCCL, on
-  // this device) moves the high-throughput rows and may be null for the low-latency path. Both must
+  // this device) moves the high-throughput rows where they cannot go peer to peer, and may be
+  // null for the low-latency path (and for the high-throughput one on a P2P host). Both must
   // outlive the layer, and every rank constructs it (a collective). The map may hold replicas
   // (EPLB). Throws moe::Error on what the GPU path does not run: more than 8 ranks (low-latency),
   // ranks on several hosts (low-latency), H not a multiple of 8, more than 8192 slots, or what the
@@ -98,7 +106,8 @@ class CudaEpLayer {
   // The stages of forward_routed one by one, queued on stream() (benchmarks, CUDA graphs). With
   // the low-latency path none synchronizes the host, so the three can be captured in a graph
   // once a step of the same M ran outside it; finish_step() then synchronizes and reports.
-  // The high-throughput dispatch synchronizes for the counts.
+  // The high-throughput dispatch all-gathers the token counts on the host (and synchronizes for
+  // the row counts over NCCL).
   void dispatch(const TensorView& hidden, const TensorView& topk_ids,
                 const TensorView& topk_weights);
   void experts();

@@ -18,6 +18,7 @@
 #include "moe/error.h"
 #include "ops/cuda_plan_choice.h"
 #include "parallel/cuda/data_path.h"
+#include "parallel/cuda/ipc_buffers.h"
 #include "parallel/cuda/replica_choice.h"
 #include "parallel/dispatch_plan.h"
 
@@ -260,13 +261,19 @@ void CudaEpLayer::State::connect(const MoeConfig& config, const CudaEpOptions& o
   shape.top_k = config.routing.top_k;
   shape.num_experts = S;
   shape.rank_of_expert = static_cast<const int32_t*>(s.rank_of_slot.data());
+  const auto timeout_ns = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(options.timeout).count());
   if (options.dispatcher == DispatcherKind::kLowLatency) {
-    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(options.timeout);
-    s.path = cuda::ep::make_low_latency_path(s.host, shape, options.low_latency_capacity,
-                                             static_cast<uint64_t>(ns.count()));
+    s.path =
+        cuda::ep::make_low_latency_path(s.host, shape, options.low_latency_capacity, timeout_ns);
+  } else if (!options.high_throughput_over_nccl && cuda::ep::ipc_reachable(s.host)) {
+    s.path = cuda::ep::make_peer_high_throughput_path(s.host, shape, timeout_ns);
   } else {
     if (device_comm == nullptr) {
-      fail("CudaEpLayer: the high-throughput path needs a device communicator (NCCL); got none");
+      fail(
+          "CudaEpLayer: the high-throughput path needs a device communicator (NCCL) where the "
+          "GPUs cannot reach each other peer to peer (or with high_throughput_over_nccl); got "
+          "none");
     }
     s.path = cuda::ep::make_high_throughput_path(s.host, *device_comm, shape);
   }

@@ -83,7 +83,14 @@ class DataPath {
 // Peer-to-peer over CUDA IPC; `host` bootstraps the buffers (a collective).
 std::unique_ptr<DataPath> make_low_latency_path(Communicator& host, const PathShape& shape,
                                                 int64_t capacity, uint64_t timeout_ns);
-// Counts through `host`, rows through `device` (NCCL).
+// The high-throughput path where ipc_reachable(host): the same peer-to-peer kernels, the
+// buffers sized (collectively, before a step) for the most tokens any rank has, so rows land
+// where the experts read them and counts travel in the flags, without staging or a host
+// synchronization.
+std::unique_ptr<DataPath> make_peer_high_throughput_path(Communicator& host, const PathShape& shape,
+                                                         uint64_t timeout_ns);
+// Counts through `host`, rows through `device` (NCCL): across hosts, or where GPUs cannot reach
+// each other peer to peer.
 std::unique_ptr<DataPath> make_high_throughput_path(Communicator& host, Communicator& device,
                                                     const PathShape& shape);
 

@@ -1,9 +1,14 @@
 // Combine on the GPU: combine_send returns each received row's partial result into its source's
-// buffer (low-latency, through CUDA IPC) and publishes the count; combine_sum adds, for every
+// buffer (peer to peer, through CUDA IPC) and publishes the count; combine_sum adds, for every
 // token, the partial rows the ranks returned, in ascending rank order (deterministic), after
 // waiting for their flags when they came peer to peer. See ep_kernels.h; the ordering argument
-// of the publish is the one in ep_dispatch.cu.
+// of the publish (one system fence per block after its barrier) is the one in ep_dispatch.cu.
+//
+// Both kernels give each row to one warp, whose lanes keep several 16-byte loads in flight
+// before they store or add, with about kBlocksPerSm small blocks per SM.
 #include <cuda_bf16.h>
+
+#include <algorithm>
 
 #include "kernels/cuda/bf16_math.cuh"
 #include "kernels/cuda/check.h"
@@ -13,8 +18,12 @@
 namespace moe::cuda::ep {
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int kMaxBlocks = 1024;
+constexpr int kWarp = 32;
+constexpr int kThreads = 128;
+constexpr int kWarps = kThreads / kWarp;
+constexpr int kBlocksPerSm = 4;
+constexpr int kSendUnroll = 8;  // 16-byte loads in flight per lane (one row of 2048 per round)
+constexpr int kSumUnroll = 4;   // vectors per lane and round, times N loads each
 
 __device__ void note_error(Status* status, uint32_t bit, uint32_t step) {
   atomicOr(&status->bits, bit);
@@ -36,21 +45,38 @@ __device__ void publish_counts(const CombineSendArgs& a) {
 __global__ void __launch_bounds__(kThreads) combine_send_kernel(CombineSendArgs a) {
   const int64_t vectors = a.hidden_size / 8;
   const int64_t rows = a.num_ranks * a.capacity;
-  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+  const int lane = static_cast<int>(threadIdx.x) % kWarp;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarps;
+  for (int64_t r = blockIdx.x * int64_t{kWarps} + threadIdx.x / kWarp; r < rows; r += warps) {
     const int s = static_cast<int>(r / a.capacity);
     const int64_t i = r % a.capacity;
     if (i >= a.received_counts[s]) continue;
     const auto* source = static_cast<const uint4*>(a.partial) + r * vectors;
     uint4* destination = static_cast<uint4*>(a.dest_rows[s]) + i * vectors;
-    for (int64_t v = threadIdx.x; v < vectors; v += blockDim.x) destination[v] = __ldg(source + v);
+    for (int64_t base = lane; base < vectors; base += kWarp * kSendUnroll) {
+      uint4 values[kSendUnroll];
+#pragma unroll
+      for (int u = 0; u < kSendUnroll; ++u) {
+        const int64_t v = base + u * kWarp;
+        if (v < vectors) values[u] = __ldg(source + v);
+      }
+#pragma unroll
+      for (int u = 0; u < kSendUnroll; ++u) {
+        const int64_t v = base + u * kWarp;
+        if (v < vectors) destination[v] = values[u];
+      }
+    }
   }
-  __threadfence_system();
+  // One system fence per block, after the barrier (the NOTE in ep_dispatch.cu).
   __syncthreads();
-  if (threadIdx.x == 0 && atomicAdd(a.blocks_done, 1u) == gridDim.x - 1) publish_counts(a);
+  if (threadIdx.x == 0) {
+    __threadfence_system();
+    if (atomicAdd(a.blocks_done, 1u) == gridDim.x - 1) publish_counts(a);
+  }
 }
 
 // Every block waits for every rank's flag itself (one thread per rank), so its own reads of the
-// rows are ordered after an acquire.
+// rows are ordered after an acquire (then __syncthreads).
 __device__ void wait_for_combine(const CombineSumArgs& a) {
   if (threadIdx.x >= a.num_ranks) return;
   const int d = static_cast<int>(threadIdx.x);
@@ -76,29 +102,57 @@ __global__ void __launch_bounds__(kThreads) combine_sum_kernel(CombineSumArgs a)
   if (a.flags != nullptr) wait_for_combine(a);
   __syncthreads();
   const int N = a.num_ranks;
-  const int64_t H = a.hidden_size;
+  const int64_t vectors = a.hidden_size / 8;
+  const int lane = static_cast<int>(threadIdx.x) % kWarp;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarps;
   auto* out = static_cast<uint4*>(a.out);
-  for (int64_t t = blockIdx.x; t < a.num_tokens; t += gridDim.x) {
-    for (int64_t v = threadIdx.x; v < H / 8; v += blockDim.x) {
-      float sum[8] = {};
+  for (int64_t t = blockIdx.x * int64_t{kWarps} + threadIdx.x / kWarp; t < a.num_tokens;
+       t += warps) {
+    for (int64_t base = lane; base < vectors; base += kWarp * kSumUnroll) {
+      float sum[kSumUnroll][8] = {};
+      // Ranks in ascending order (the deterministic sum); each rank's kSumUnroll loads are in
+      // flight together.
       for (int d = 0; d < N; ++d) {
         const int32_t slot = a.slot_of[t * N + d];
         if (slot < 0) continue;
-        float row[8];
-        const __nv_bfloat16* partial = static_cast<const __nv_bfloat16*>(a.rows[d]) + slot * H;
-        bf16x8_to_float(load_coherent(reinterpret_cast<const uint4*>(partial) + v), row);
+        const auto* row = static_cast<const uint4*>(a.rows[d]) + int64_t{slot} * vectors;
+        uint4 loaded[kSumUnroll];
 #pragma unroll
-        for (int e = 0; e < 8; ++e) sum[e] += row[e];
+        for (int u = 0; u < kSumUnroll; ++u) {
+          const int64_t v = base + u * kWarp;
+          if (v < vectors) loaded[u] = load_coherent(row + v);
+        }
+#pragma unroll
+        for (int u = 0; u < kSumUnroll; ++u) {
+          if (base + u * kWarp >= vectors) continue;
+          float values[8];
+          bf16x8_to_float(loaded[u], values);
+#pragma unroll
+          for (int e = 0; e < 8; ++e) sum[u][e] += values[e];
+        }
       }
-      alignas(16) __nv_bfloat16 packed[8];
 #pragma unroll
-      for (int e = 0; e < 8; ++e) packed[e] = __float2bfloat16(sum[e]);
-      out[t * (H / 8) + v] = *reinterpret_cast<const uint4*>(packed);
+      for (int u = 0; u < kSumUnroll; ++u) {
+        const int64_t v = base + u * kWarp;
+        if (v >= vectors) continue;
+        alignas(16) __nv_bfloat16 packed[8];
+#pragma unroll
+        for (int e = 0; e < 8; ++e) packed[e] = __float2bfloat16(sum[u][e]);
+        out[t * vectors + v] = *reinterpret_cast<const uint4*>(packed);
+      }
     }
   }
 }
 
-int64_t grid_for(int64_t items) { return items < 1 ? 1 : items < kMaxBlocks ? items : kMaxBlocks; }
+// Blocks of kWarps rows each, about kBlocksPerSm per SM (blocks loop past that); at least one.
+int64_t grid_for(int64_t rows) {
+  int device = 0, sms = 0;
+  check(cudaGetDevice(&device), "cudaGetDevice");
+  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
+        "cudaDeviceGetAttribute (SMs)");
+  const int64_t target = int64_t{kBlocksPerSm} * std::max(sms, 1);
+  return std::clamp<int64_t>((rows + kWarps - 1) / kWarps, 1, target);
+}
 
 __global__ void hold_kernel(uint64_t nanoseconds) {
   const uint64_t until = global_timer_ns() + nanoseconds;

@@ -1,12 +1,23 @@
 // Dispatch on the GPU: dispatch_send writes each token row once per serving rank straight into
 // that rank's region (a peer's IPC-mapped buffer, or a local staging buffer for NCCL), and
-// dispatch_wait is the receiving side of the low-latency path. See ep_kernels.h.
+// dispatch_wait is the receiving side of the peer-to-peer paths. See ep_kernels.h.
 //
-// NOTE: memory ordering of the publish. Every thread of every block makes its row stores visible
-// system-wide (__threadfence_system) before its block counts itself done (atomicAdd at GPU
-// scope, after __syncthreads). The block that counts last fences again, so it has observed every
-// other block's stores, and publishes each count with st.release.sys: a peer whose
-// ld.acquire.sys reads the new step therefore reads every row, id and weight of it.
+// Work split: a block takes a chunk of consecutive tokens (one token per block at decode sizes,
+// up to kMaxChunk at prefill sizes, so about two blocks per SM run), counts the chunk's rows per
+// destination with shared-memory atomics, then takes the chunk's slots at each destination with
+// one global atomicAdd per destination (not one per token: that counter is the only contended
+// word). Rows move as 16-byte vectors, kUnroll loads in flight per thread before the stores.
+//
+// NOTE: memory ordering of the publish (docs/parallel-cuda.md). Each block's threads store rows,
+// ids and weights weakly, then __syncthreads (bar.sync, which synchronizes the block's threads in
+// the PTX memory model), then thread 0 alone runs fence.sc.sys and counts the block done with a
+// relaxed atomicAdd at GPU scope: a release pattern that covers every store of its block by
+// cumulativity (the pattern of cooperative groups' grid sync, at system scope). The block that
+// counts last has observed every earlier increment (one RMW chain), fences again (acquire) and
+// publishes each count with st.release.sys, cumulative too: a peer whose ld.acquire.sys reads the
+// new step reads every row, id and weight of it.
+#include <algorithm>
+
 #include "kernels/cuda/check.h"
 #include "parallel/cuda/ep_kernels.h"
 #include "parallel/cuda/ep_sync.cuh"
@@ -15,9 +26,12 @@ namespace moe::cuda::ep {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kMaxBlocks = 1024;  // larger batches loop over tokens
-constexpr int kUnroll = 4;        // 16-byte loads in flight per thread before the stores
+constexpr int kMaxChunk = 64;    // tokens one block slots at once (shared memory); <= kThreads
+constexpr int kBlocksPerSm = 2;  // target grid: enough bytes in flight to fill NVLink
+constexpr int kUnroll = 8;       // 16-byte loads in flight per thread before the stores
 constexpr int kWaitThreads = 512;
+constexpr int kMaxWaitBlocks = 8;
+static_assert(kMaxChunk <= kThreads, "one thread per token of a chunk finds its destinations");
 
 __device__ void note_error(Status* status, uint32_t bit, uint32_t step) {
   atomicOr(&status->bits, bit);
@@ -49,63 +63,103 @@ __device__ void publish_counts(const DispatchSendArgs& a) {
   *a.step = step;
 }
 
-__global__ void __launch_bounds__(kThreads) dispatch_send_kernel(DispatchSendArgs a) {
-  __shared__ int32_t slots[kMaxRanks];
+// Tokens [t0, t0 + n) of one block (n <= kMaxChunk): slots, ids and weights, then the rows.
+__device__ void send_chunk(const DispatchSendArgs& a, int64_t t0, int n,
+                           int32_t (&slots)[kMaxChunk][kMaxRanks], int32_t* counted,
+                           int32_t* first) {
   const int64_t k = a.top_k;
   const int N = a.num_ranks;
-  const int64_t vectors = a.hidden_size / 8;
-  for (int64_t t = blockIdx.x; t < a.num_tokens; t += gridDim.x) {
-    if (threadIdx.x < N) {
-      const int d = static_cast<int>(threadIdx.x);
-      bool serves = false;
-      for (int64_t j = 0; j < k; ++j) serves |= served_by(a, a.topk_ids[t * k + j], d);
-      int32_t slot = -1;
-      if (serves) {
-        const int32_t index = atomicAdd(&a.send_counters[d], 1);
-        if (index < a.capacity) slot = index;  // past it: counted (reported), never written
-      }
-      slots[d] = slot;
-      a.slot_of[t * N + d] = slot;
-    }
-    __syncthreads();
-
-    for (int64_t i = threadIdx.x; i < N * k; i += blockDim.x) {
-      const int d = static_cast<int>(i / k);
-      const int64_t j = i % k;
-      const int32_t slot = slots[d];
-      if (slot < 0) continue;
+  if (threadIdx.x < N) counted[threadIdx.x] = 0;
+  __syncthreads();
+  // The token's place among this chunk's rows for each destination that serves it.
+  if (threadIdx.x < n) {
+    const int64_t t = t0 + threadIdx.x;
+    uint32_t serving = 0;
+    for (int64_t j = 0; j < k; ++j) {
       const int32_t expert = a.topk_ids[t * k + j];
-      a.dest_ids[d][slot * k + j] = served_by(a, expert, d) ? expert : -1;
-      a.dest_weights[d][slot * k + j] = a.topk_weights[t * k + j];
+      if (expert < 0 || expert >= a.num_experts) continue;
+      const int32_t rank = a.rank_of_expert[expert];
+      if (rank >= 0 && rank < N) serving |= 1u << rank;
     }
+    for (int d = 0; d < N; ++d) {
+      slots[threadIdx.x][d] = (serving >> d & 1u) != 0 ? atomicAdd(&counted[d], 1) : -1;
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x < N) {
+    const int d = static_cast<int>(threadIdx.x);
+    first[d] = counted[d] > 0 ? atomicAdd(&a.send_counters[d], counted[d]) : 0;
+  }
+  __syncthreads();
+  for (int i = static_cast<int>(threadIdx.x); i < n * N; i += blockDim.x) {
+    const int t = i / N, d = i % N;
+    int32_t slot = slots[t][d];
+    if (slot >= 0) {
+      slot += first[d];
+      if (slot >= a.capacity) slot = -1;  // past it: counted (reported), never written
+    }
+    slots[t][d] = slot;
+    a.slot_of[(t0 + t) * N + d] = slot;
+  }
+  __syncthreads();
 
-    const auto* source = static_cast<const uint4*>(a.hidden) + t * vectors;
-    for (int64_t v = threadIdx.x; v < vectors; v += static_cast<int64_t>(blockDim.x) * kUnroll) {
-      uint4 values[kUnroll];
+  const int per_token = N * static_cast<int>(k);
+  for (int i = static_cast<int>(threadIdx.x); i < n * per_token; i += blockDim.x) {
+    const int t = i / per_token, d = (i % per_token) / static_cast<int>(k);
+    const int64_t j = i % k;
+    const int32_t slot = slots[t][d];
+    if (slot < 0) continue;
+    const int32_t expert = a.topk_ids[(t0 + t) * k + j];
+    a.dest_ids[d][slot * k + j] = served_by(a, expert, d) ? expert : -1;
+    a.dest_weights[d][slot * k + j] = a.topk_weights[(t0 + t) * k + j];
+  }
+
+  // The chunk's rows are contiguous in `hidden`: one flat range of 16-byte vectors.
+  const int vectors = static_cast<int>(a.hidden_size / 8);
+  const int total = n * vectors;
+  const auto* source = static_cast<const uint4*>(a.hidden) + t0 * vectors;
+  for (int base = static_cast<int>(threadIdx.x); base < total; base += kThreads * kUnroll) {
+    uint4 values[kUnroll];
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int64_t w = v + u * static_cast<int64_t>(blockDim.x);
-        if (w < vectors) values[u] = __ldg(source + w);
-      }
+    for (int u = 0; u < kUnroll; ++u) {
+      const int w = base + u * kThreads;
+      if (w < total) values[u] = __ldg(source + w);
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int w = base + u * kThreads;
+      if (w >= total) continue;
+      const int t = w / vectors, v = w % vectors;
       for (int d = 0; d < N; ++d) {
-        const int32_t slot = slots[d];
-        if (slot < 0) continue;
-        uint4* row = static_cast<uint4*>(a.dest_rows[d]) + slot * vectors;
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u) {
-          const int64_t w = v + u * static_cast<int64_t>(blockDim.x);
-          if (w < vectors) row[w] = values[u];
+        const int32_t slot = slots[t][d];
+        if (slot >= 0) {
+          static_cast<uint4*>(a.dest_rows[d])[int64_t{slot} * vectors + v] = values[u];
         }
       }
     }
-    __syncthreads();  // slots[] is rewritten for the next token
   }
-
-  __threadfence_system();
-  __syncthreads();
-  if (threadIdx.x == 0 && atomicAdd(a.blocks_done, 1u) == gridDim.x - 1) publish_counts(a);
+  __syncthreads();  // slots[] and counted[] are rewritten for the next chunk
 }
 
+__global__ void __launch_bounds__(kThreads) dispatch_send_kernel(DispatchSendArgs a, int chunk) {
+  __shared__ int32_t slots[kMaxChunk][kMaxRanks];
+  __shared__ int32_t counted[kMaxRanks], first[kMaxRanks];
+  const int64_t chunks = (a.num_tokens + chunk - 1) / chunk;
+  for (int64_t c = blockIdx.x; c < chunks; c += gridDim.x) {
+    const int64_t t0 = c * chunk;
+    send_chunk(a, t0, static_cast<int>(std::min<int64_t>(chunk, a.num_tokens - t0)), slots, counted,
+               first);
+  }
+  // One system fence per block, after the barrier (see the NOTE above).
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence_system();
+    if (atomicAdd(a.blocks_done, 1u) == gridDim.x - 1) publish_counts(a);
+  }
+}
+
+// Every block waits for every source's flag itself (its threads s < N), so its own writes below
+// are ordered after the acquire; block 0 also records the counts.
 __global__ void __launch_bounds__(kWaitThreads) dispatch_wait_kernel(DispatchWaitArgs a) {
   __shared__ int32_t counts[kMaxRanks];
   const uint32_t step = *a.step;
@@ -117,6 +171,7 @@ __global__ void __launch_bounds__(kWaitThreads) dispatch_wait_kernel(DispatchWai
         wait_for_step(&a.flags[s], step, global_timer_ns() + a.timeout_ns, &timed_out, &seen);
     int64_t needed = 0;
     if (timed_out) {
+      // Any block's timeout fails the step, so blocks that disagree about a late flag are safe.
       if (atomicCAS(&a.status->timeout_peer, -1, s) == -1) {
         a.status->timeout_expected_step = step;
         a.status->timeout_last_flag = seen;
@@ -130,31 +185,52 @@ __global__ void __launch_bounds__(kWaitThreads) dispatch_wait_kernel(DispatchWai
       }
     }
     counts[s] = static_cast<int32_t>(needed < a.capacity ? needed : a.capacity);
-    a.received_counts[s] = counts[s];
+    if (blockIdx.x == 0) a.received_counts[s] = counts[s];
   }
   __syncthreads();
   // Slots past a source's count hold an older step's ids: mask them so the experts skip them.
   const int64_t k = a.top_k;
   const int64_t per_source = a.capacity * k;
-  for (int64_t i = threadIdx.x; i < a.num_ranks * per_source; i += blockDim.x) {
-    const int64_t s = i / per_source;
-    if ((i % per_source) / k >= counts[s]) a.ids[i] = -1;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int s = 0; s < a.num_ranks; ++s) {
+    int32_t* ids = a.ids + s * per_source;
+    for (int64_t i = counts[s] * k + blockIdx.x * blockDim.x + threadIdx.x; i < per_source;
+         i += stride) {
+      ids[i] = -1;
+    }
   }
+}
+
+int sm_count() {
+  int device = 0, sms = 0;
+  check(cudaGetDevice(&device), "cudaGetDevice");
+  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
+        "cudaDeviceGetAttribute (SMs)");
+  return std::max(sms, 1);
 }
 
 }  // namespace
 
 void dispatch_send(const DispatchSendArgs& args, cudaStream_t stream) {
-  // At least one block: with no tokens the counts (zeros) must still be published.
-  const int64_t blocks = args.num_tokens < 1            ? 1
-                         : args.num_tokens < kMaxBlocks ? args.num_tokens
-                                                        : kMaxBlocks;
-  dispatch_send_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(args);
+  // About kBlocksPerSm blocks per SM: chunks of one token at decode sizes, larger chunks (up to
+  // kMaxChunk, then blocks loop) at prefill sizes. At least one block: with no tokens the counts
+  // (zeros) must still be published.
+  const int64_t target = int64_t{kBlocksPerSm} * sm_count();
+  const int64_t chunk =
+      std::clamp<int64_t>((args.num_tokens + target - 1) / target, 1, int64_t{kMaxChunk});
+  const int64_t chunks = (args.num_tokens + chunk - 1) / chunk;
+  const int64_t blocks = std::clamp<int64_t>(chunks, 1, target);
+  dispatch_send_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
+      args, static_cast<int>(chunk));
   check_launch("ep::dispatch_send");
 }
 
 void dispatch_wait(const DispatchWaitArgs& args, cudaStream_t stream) {
-  dispatch_wait_kernel<<<1, kWaitThreads, 0, stream>>>(args);
+  // Masking is cheap (only slots past each count); a few blocks when the capacity is large.
+  const int64_t ids = args.num_ranks * args.capacity * args.top_k;
+  const int64_t blocks =
+      std::clamp<int64_t>(ids / (int64_t{kWaitThreads} * 16), 1, int64_t{kMaxWaitBlocks});
+  dispatch_wait_kernel<<<static_cast<unsigned>(blocks), kWaitThreads, 0, stream>>>(args);
   check_launch("ep::dispatch_wait");
 }
 

@@ -4,13 +4,14 @@
 //   dispatch_send   each token row once per destination rank that serves one of its experts (a
 //                   token picking two experts of one rank goes once), with its k expert ids (ids
 //                   of other ranks' experts replaced by -1) and router weights, into the
-//                   destination's region for this source. Low-latency: the regions are peers'
-//                   buffers mapped through CUDA IPC and the kernel publishes each row count with
-//                   a system-scope release. High-throughput: local staging buffers that NCCL sends.
-//   dispatch_wait   (low-latency) waits on the GPU for every source's count of this step, masks
+//                   destination's region for this source. Peer to peer (low-latency, and
+//                   high-throughput on a P2P host): the regions are peers' buffers mapped through
+//                   CUDA IPC and the kernel publishes each row count with a system-scope release.
+//                   Over NCCL: local staging buffers that NCCL sends.
+//   dispatch_wait   (peer to peer) waits on the GPU for every source's count of this step, masks
 //                   the ids of the slots past each count (-1), so the experts read the whole
 //                   [sources * capacity] layout in place and skip empty slots.
-//   combine_send    (low-latency) each received row's partial result (the sum of its pairs
+//   combine_send    (peer to peer) each received row's partial result (the sum of its pairs
 //                   served here) back into the source's buffer, then the count with a release.
 //   combine_sum     (optionally waiting for every rank's combine flag) out[t] = sum over ranks d
 //                   ascending of the partial row d returned for token t, in f32.

@@ -7,6 +7,7 @@
 
 #include "kernels/cuda/check.h"
 #include "moe/error.h"
+#include "parallel/cuda/ep_status.h"
 
 namespace moe::cuda::ep {
 namespace {
@@ -45,7 +46,47 @@ void enable_peer_access(int device, const Announcement& peer, int peer_rank) {
   check(status, "cudaDeviceEnablePeerAccess");
 }
 
+std::array<char, 32> bus_id_of(int device) {
+  std::array<char, 32> id{};
+  check(cudaDeviceGetPCIBusId(id.data(), static_cast<int>(id.size()), device),
+        "cudaDeviceGetPCIBusId");
+  return id;
+}
+
 }  // namespace
+
+bool ipc_reachable(Communicator& comm) {
+  const int me = comm.rank();
+  // Every rank decides these two alike without a collective: with ranks on two hosts, each rank
+  // has a peer on another host.
+  if (comm.size() > kMaxRanks) return false;
+  for (int r = 0; r < comm.size(); ++r) {
+    if (!comm.same_host(r, me)) return false;
+  }
+  int device = 0;
+  check(cudaGetDevice(&device), "cudaGetDevice");
+  const std::array<char, 32> mine = bus_id_of(device);
+  std::vector<std::array<char, 32>> all(static_cast<size_t>(comm.size()));
+  comm.all_gather(mine.data(), mine.size(), all.data());
+  int ok = 1;
+  for (int r = 0; r < comm.size(); ++r) {
+    if (r == me) continue;
+    int peer_device = -1;
+    if (cudaDeviceGetByPCIBusId(&peer_device, all[static_cast<size_t>(r)].data()) != cudaSuccess) {
+      cudaGetLastError();  // not visible here: the IPC mapping enables peer access lazily
+      continue;
+    }
+    int can_access = peer_device == device ? 1 : 0;
+    if (!can_access) {
+      check(cudaDeviceCanAccessPeer(&can_access, device, peer_device), "cudaDeviceCanAccessPeer");
+    }
+    ok &= can_access != 0 ? 1 : 0;
+  }
+  std::vector<int> oks(static_cast<size_t>(comm.size()));
+  comm.all_gather(&ok, sizeof ok, oks.data());
+  for (int o : oks) ok &= o;
+  return ok != 0;
+}
 
 IpcBuffers::IpcBuffers(Communicator& comm, size_t bytes)
     : comm_(comm), bytes_(bytes), bases_(static_cast<size_t>(comm.size()), nullptr) {
@@ -70,9 +111,7 @@ IpcBuffers::IpcBuffers(Communicator& comm, size_t bytes)
   Announcement mine{};
   check(cudaIpcGetMemHandle(&mine.handle, local), "cudaIpcGetMemHandle");
   mine.bytes = bytes;
-  check(cudaDeviceGetPCIBusId(mine.pci_bus_id.data(), static_cast<int>(mine.pci_bus_id.size()),
-                              device),
-        "cudaDeviceGetPCIBusId");
+  mine.pci_bus_id = bus_id_of(device);
   std::vector<Announcement> all(static_cast<size_t>(comm.size()));
   comm.all_gather(&mine, sizeof mine, all.data());
 

@@ -13,6 +13,11 @@
 
 namespace moe::cuda::ep {
 
+// Whether IpcBuffers can connect every rank of `comm`: all on this host, at most kMaxRanks, and
+// every pair of devices visible here able to access each other peer to peer. A collective (the
+// devices' bus ids are all-gathered): every rank gets the same answer.
+bool ipc_reachable(Communicator& comm);
+
 class IpcBuffers {
  public:
   // On the current CUDA device: `bytes` (the same on every rank, checked) zeroed before any peer

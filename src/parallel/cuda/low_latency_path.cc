@@ -1,5 +1,8 @@
-// The low-latency data path: one IPC-mapped region per rank, laid out identically on every rank,
-// written by peers directly (ep_kernels.h). Per rank, for N ranks, capacity C, H, k:
+// The peer-to-peer data path: one IPC-mapped region per rank, laid out identically on every rank,
+// written by peers directly (ep_kernels.h). The low-latency path (fixed capacity, capturable in a
+// CUDA graph) and, on one host with every GPU reachable, the high-throughput path (the capacity
+// grows collectively to the most tokens a rank has, so nothing overflows). Per rank, for N
+// ranks, capacity C, H, k:
 //
 //   dispatch rows     bf16 [N, C, H]   block s: rows from source s
 //   dispatch ids      int32 [N, C, k]  (the experts read rows, ids and weights in place)
@@ -12,6 +15,7 @@
 // combine of step s arrived, which the peer sends after its experts finished reading step s; and
 // every rank waits for every peer's combine flag each step, tokens or not (docs/parallel-cuda.md).
 #include <algorithm>
+#include <memory>
 
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/device_buffer.h"
@@ -57,23 +61,25 @@ T* at(void* base, size_t offset) {
 
 class LowLatencyPath : public DataPath {
  public:
-  LowLatencyPath(Communicator& host, const PathShape& shape, int64_t capacity, uint64_t timeout_ns)
-      : shape_(shape),
-        capacity_(capacity),
+  // grows: before each dispatch the ranks all-gather their token counts through `host` (no
+  // device synchronization) and reallocate the buffers together when one has more than C.
+  LowLatencyPath(Communicator& host, const PathShape& shape, int64_t capacity, uint64_t timeout_ns,
+                 bool grows)
+      : host_(host),
+        shape_(shape),
         timeout_ns_(timeout_ns),
-        layout_(make_layout(shape.num_ranks, capacity, shape.hidden_size, shape.top_k)),
-        buffers_(host, layout_.bytes),
+        grows_(grows),
         scratch_(shape.num_ranks) {
-    const int64_t slots = shape.num_ranks * capacity;
-    partial_.reserve(static_cast<size_t>(std::max<int64_t>(slots * shape.hidden_size, 1)) * 2);
+    allocate(capacity);
   }
 
   void dispatch(const TokensIn& in, cudaStream_t stream) override {
+    if (grows_) fit(in.num_tokens, stream);
     const int N = shape_.num_ranks, me = shape_.rank;
     const int64_t C = capacity_, H = shape_.hidden_size, k = shape_.top_k;
     DispatchSendArgs send = dispatch_send_args(in, shape_, C, scratch_);
     for (int d = 0; d < N; ++d) {
-      void* peer = buffers_.of_rank(d);
+      void* peer = buffers_->of_rank(d);
       send.dest_rows[d] = at<uint16_t>(peer, layout_.rows) + me * C * H;
       send.dest_ids[d] = at<int32_t>(peer, layout_.ids) + me * C * k;
       send.dest_weights[d] = at<float>(peer, layout_.weights) + me * C * k;
@@ -117,7 +123,7 @@ class LowLatencyPath : public DataPath {
     send.num_ranks = N;
     send.step = scratch_.step();
     for (int s = 0; s < N; ++s) {
-      void* peer = buffers_.of_rank(s);
+      void* peer = buffers_->of_rank(s);
       send.dest_rows[s] = at<uint16_t>(peer, layout_.combine_rows) + me * C * H;
       send.dest_flags[s] = at<uint64_t>(peer, layout_.combine_flags) + me;
     }
@@ -150,13 +156,39 @@ class LowLatencyPath : public DataPath {
   }
 
  private:
-  void* local() const { return buffers_.of_rank(shape_.rank); }
+  void* local() const { return buffers_->of_rank(shape_.rank); }
 
+  // A collective: the old mapping goes on every rank (IpcBuffers' destructor waits for all)
+  // before the new one is made. Flags of the new buffers are zero (step 0), which no step number
+  // in use matches, and the step numbers go on.
+  void allocate(int64_t capacity) {
+    buffers_.reset();
+    capacity_ = capacity;
+    layout_ = make_layout(shape_.num_ranks, capacity, shape_.hidden_size, shape_.top_k);
+    buffers_ = std::make_unique<IpcBuffers>(host_, layout_.bytes);
+    const int64_t slots = shape_.num_ranks * capacity;
+    partial_.reserve(static_cast<size_t>(std::max<int64_t>(slots * shape_.hidden_size, 1)) * 2);
+  }
+
+  // Every rank sees the same largest count, so all reallocate in the same step. The previous
+  // step is complete on every rank by then: this rank's stream is drained here, and its
+  // combine_sum waited for every peer's last write into its buffers.
+  void fit(int64_t num_tokens, cudaStream_t stream) {
+    std::vector<int64_t> all(static_cast<size_t>(shape_.num_ranks));
+    host_.all_gather(&num_tokens, sizeof num_tokens, all.data());
+    const int64_t most = *std::max_element(all.begin(), all.end());
+    if (most <= capacity_) return;
+    check(cudaStreamSynchronize(stream), "cudaStreamSynchronize (growing the IPC buffers)");
+    allocate(most);
+  }
+
+  Communicator& host_;
   PathShape shape_;
-  int64_t capacity_;
+  int64_t capacity_ = 0;
   uint64_t timeout_ns_;
+  bool grows_;
   Layout layout_;
-  IpcBuffers buffers_;
+  std::unique_ptr<IpcBuffers> buffers_;
   mutable StepScratch scratch_;
   DeviceBuffer partial_;  // bf16 [N * C, H]
   int32_t* slot_of_ = nullptr;
@@ -167,7 +199,13 @@ class LowLatencyPath : public DataPath {
 
 std::unique_ptr<DataPath> make_low_latency_path(Communicator& host, const PathShape& shape,
                                                 int64_t capacity, uint64_t timeout_ns) {
-  return std::make_unique<LowLatencyPath>(host, shape, capacity, timeout_ns);
+  return std::make_unique<LowLatencyPath>(host, shape, capacity, timeout_ns, false);
+}
+
+std::unique_ptr<DataPath> make_peer_high_throughput_path(Communicator& host, const PathShape& shape,
+                                                         uint64_t timeout_ns) {
+  // One row per (source, destination) until the first step says how many it needs.
+  return std::make_unique<LowLatencyPath>(host, shape, 1, timeout_ns, true);
 }
 
 }  // namespace moe::cuda::ep

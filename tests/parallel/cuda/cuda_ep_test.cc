@@ -1,10 +1,11 @@
 // CudaEpLayer under mpirun (one process per GPU) against the single-GPU CUDA layer with the same
-// weights and tokens: both data paths, ranks without tokens, experts without pairs, every token
-// to one rank, replicas of experts on both ranks (also with every token on the replicated
-// experts), the GPU's replica choice against the CPU path's, overflow of the low-latency capacity
-// (an error on every rank, then a normal step), a low-latency step captured in a CUDA graph and
-// replayed, and a peer that never enters a step (the others fail within the timeout instead of
-// hanging).
+// weights and tokens: both data paths (the high-throughput one peer to peer and over NCCL),
+// high-throughput batches larger than any before, ranks without tokens, experts without pairs,
+// every token to one rank, replicas of experts on both ranks (also with every token on the
+// replicated experts), the GPU's replica choice against the CPU path's, overflow of the
+// low-latency capacity (an error on every rank, then a normal step), a low-latency step captured
+// in a CUDA graph and replayed, and a peer that never enters a step (the others fail within the
+// timeout instead of hanging).
 //
 // Equal within bf16 rounding, not bitwise: each partial row (a token's pairs served by one rank)
 // is rounded to bf16 before the source adds them, where the single-GPU layer adds the k pair rows;
@@ -130,7 +131,14 @@ ExpertMap replicated_map(int64_t E, int N) {
   return ExpertMap(std::move(experts), std::move(ranks), E, N);
 }
 
-class CudaEp : public ::testing::TestWithParam<DispatcherKind> {
+// A data path: the dispatcher, and for the high-throughput one whether it goes through NCCL
+// although both GPUs reach each other peer to peer (both transports stay tested).
+struct PathChoice {
+  DispatcherKind dispatcher;
+  bool over_nccl;
+};
+
+class CudaEp : public ::testing::TestWithParam<PathChoice> {
  protected:
   Communicator& host = testing::host_world();
   int me = host.rank(), N = host.size();
@@ -140,7 +148,8 @@ class CudaEp : public ::testing::TestWithParam<DispatcherKind> {
 
   CudaEpLayer make_layer(int64_t capacity = 64) {
     CudaEpOptions options;
-    options.dispatcher = GetParam();
+    options.dispatcher = GetParam().dispatcher;
+    options.high_throughput_over_nccl = GetParam().over_nccl;
     options.low_latency_capacity = capacity;
     options.timeout = std::chrono::seconds(10);
     return CudaEpLayer(config, local_layer_weights(full, map, me), map, host,
@@ -214,6 +223,22 @@ TEST_P(CudaEp, AllTokensToOneRank) {
     }
   }
   expect_routed_step(layer, hidden, ids);
+}
+
+// The high-throughput path takes any batch: its peer-to-peer buffers grow (collectively) when a
+// step has more tokens than any before, and keep their size for smaller steps.
+TEST_P(CudaEp, HighThroughputTakesBatchesLargerThanAnyBefore) {
+  if (GetParam().dispatcher != DispatcherKind::kHighThroughput) GTEST_SKIP();
+  CudaEpLayer layer = make_layer();
+  for (int64_t M : {int64_t{3}, int64_t{90} + 11 * me, int64_t{0}, int64_t{7}, int64_t{130}}) {
+    SCOPED_TRACE(fmt::format("rank {} M {}", me, M));
+    const Tensor hidden =
+        testing::random_normal(DType::kBF16, {M, config.experts.hidden_size}, 20 + M + me);
+    Tensor ids(DType::kI32, {M, config.routing.top_k});
+    testing::fill_uniform_int(ids, 30 + M + me, 0,
+                              static_cast<int32_t>(config.routing.num_experts - 1));
+    expect_routed_step(layer, hidden, ids);
+  }
 }
 
 TEST_P(CudaEp, ReplicasOnBothRanks) {
@@ -423,9 +448,13 @@ TEST(CudaEpLowLatency, PeerThatSkipsAStepFailsTheOthersWithinTheTimeout) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Paths, CudaEp,
-                         ::testing::Values(DispatcherKind::kLowLatency,
-                                           DispatcherKind::kHighThroughput),
-                         [](const auto& info) { return std::string(dispatcher_name(info.param)); });
+                         ::testing::Values(PathChoice{DispatcherKind::kLowLatency, false},
+                                           PathChoice{DispatcherKind::kHighThroughput, false},
+                                           PathChoice{DispatcherKind::kHighThroughput, true}),
+                         [](const auto& info) {
+                           return std::string(dispatcher_name(info.param.dispatcher)) +
+                                  (info.param.over_nccl ? "_nccl" : "");
+                         });
 
 }  // namespace
 }  // namespace moe
