@@ -68,11 +68,12 @@ void check_config(const MoeConfig& config, const ExpertMap& map, const Communica
   if (host.device() != Device::kCpu) {
     fail("CudaEpLayer: `host` must be a host-memory communicator (MPI); got '{}'", host.name());
   }
+  // Both paths go through the dispatch kernel, whose per-destination arrays hold kMaxRanks.
+  if (host.size() > cuda::ep::kMaxRanks) {
+    fail("CudaEpLayer: the GPU dispatch connects up to {} ranks; got {}", cuda::ep::kMaxRanks,
+         host.size());
+  }
   if (options.dispatcher == DispatcherKind::kLowLatency) {
-    if (host.size() > cuda::ep::kMaxRanks) {
-      fail("CudaEpLayer: the low-latency path connects up to {} GPUs of one host; got {} ranks",
-           cuda::ep::kMaxRanks, host.size());
-    }
     if (options.low_latency_capacity < 1) {
       fail("CudaEpLayer: low_latency_capacity must be >= 1; got {}", options.low_latency_capacity);
     }
