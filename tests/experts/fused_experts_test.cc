@@ -294,45 +294,6 @@ TEST(FusedExperts, ATokensResultDoesNotDependOnItsBatch) {
   }
 }
 
-// The amx kernels take a chunk's rows in tile layout from MOE_CPU_TILED_ROWS rows on (32 by
-// default) and row by row below. The layout must change nothing: every chunk tiled and no chunk
-// tiled give the same bits, and both match the reference. Chunks of 1 to 300 rows (skewed
-// routing, block_m splitting an expert's rows into passes), k not a multiple of 32, the router
-// weight on the input (scaled rows) and shared experts.
-TEST(FusedExperts, TiledRowsGiveTheSameBits) {
-  uint64_t seed = 140;
-  for (int64_t block_m : {0, 40, 1024}) {
-    for (bool on_input : {false, true}) {
-      ExpertsCase c;
-      c.num_tokens = 150;
-      c.hidden_size = 67;
-      c.intermediate_size = 45;
-      c.num_experts = 5;
-      c.top_k = on_input ? 1 : 2;
-      c.weight_on_input = on_input;
-      c.dtype = c.weight_dtype = DType::kBF16;
-      c.routing = Routing::kSkewed;
-      c.shared_intermediate_size = 20;
-      c.block_m = block_m;
-      c.seed = seed++;
-      SCOPED_TRACE(c.describe());
-      const ExpertsInputs in = make_inputs(c);
-      const Tensor expected = run_reference_f32(in);
-      for (const KernelSet& set : runnable_kernel_sets(c.weight_dtype)) {
-        if (!set.kernels.tile.takes_tiled_rows) continue;
-        cpu::ExpertKernels rows = set.kernels, tiles = set.kernels;
-        rows.tile.tiled_min_rows = 0;
-        tiles.tile.tiled_min_rows = 1;
-        const Tensor by_rows = run_cpu_kernels(in, rows, 2);
-        const Tensor by_tiles = run_cpu_kernels(in, tiles, 2);
-        expect_close(by_tiles, expected, c.dtype, set.bf16_inputs, "tiled " + set.name);
-        EXPECT_EQ(std::memcmp(by_rows.data<void>(), by_tiles.data<void>(), by_rows.nbytes()), 0)
-            << set.name;
-      }
-    }
-  }
-}
-
 // Expert parallelism hands gemm1 a pointer per pair instead of hidden[p / k]: rows received from
 // other ranks, in any order. Each pair must read exactly its row, on every kernel set.
 TEST(FusedExperts, InputRowsThroughPointersGiveTheSameBits) {

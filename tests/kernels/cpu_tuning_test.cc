@@ -41,25 +41,20 @@ class ScopedEnv {
 
 TEST(CpuTuning, DefaultsWhenUnset) {
   const ScopedEnv k("MOE_CPU_KBLOCK", nullptr), p("MOE_CPU_PREFETCH", nullptr),
-      h("MOE_CPU_HUGEPAGES", ""), tr("MOE_CPU_TILED_ROWS", nullptr),
-      rp("MOE_CPU_ROW_PREFETCH", nullptr);
+      h("MOE_CPU_HUGEPAGES", "");
   const cpu::CpuTuning t = cpu::read_cpu_tuning();
   EXPECT_EQ(t.k_block, 0);
   EXPECT_EQ(t.prefetch_blocks, 1);
   EXPECT_TRUE(t.huge_pages);
-  EXPECT_EQ(t.tiled_rows, 32);
-  EXPECT_EQ(t.row_prefetch_steps, 2);
 }
 
 TEST(CpuTuning, ReadsEachKnob) {
   const ScopedEnv k("MOE_CPU_KBLOCK", "1024"), p("MOE_CPU_PREFETCH", "0"),
-      h("MOE_CPU_HUGEPAGES", "0"), tr("MOE_CPU_TILED_ROWS", "0"), rp("MOE_CPU_ROW_PREFETCH", "5");
+      h("MOE_CPU_HUGEPAGES", "0");
   const cpu::CpuTuning t = cpu::read_cpu_tuning();
   EXPECT_EQ(t.k_block, 1024);
   EXPECT_EQ(t.prefetch_blocks, 0);
   EXPECT_FALSE(t.huge_pages);
-  EXPECT_EQ(t.tiled_rows, 0);
-  EXPECT_EQ(t.row_prefetch_steps, 5);
 }
 
 TEST(CpuTuning, RejectsMalformedValues) {
@@ -75,8 +70,6 @@ TEST(CpuTuning, RejectsMalformedValues) {
       {"MOE_CPU_PREFETCH", "9", {"MOE_CPU_PREFETCH", "0 to 8", "got 9"}},
       {"MOE_CPU_HUGEPAGES", "2", {"MOE_CPU_HUGEPAGES", "0 or 1", "got 2"}},
       {"MOE_CPU_HUGEPAGES", "yes", {"MOE_CPU_HUGEPAGES", "'yes'"}},
-      {"MOE_CPU_TILED_ROWS", "-1", {"MOE_CPU_TILED_ROWS", "non-negative integer", "'-1'"}},
-      {"MOE_CPU_ROW_PREFETCH", "9", {"MOE_CPU_ROW_PREFETCH", "0 to 8", "got 9"}},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(std::string(c.name) + "=" + c.value);

@@ -16,29 +16,13 @@
 namespace moe::testing {
 namespace {
 
-// The rows [padded_rows, k_padded] in tile layout (TileArgs::a_tiled) at a stride of a_stride:
-// row r's value k lands at block r / 16, step k / 32, line r % 16, element k % 32.
-Tensor tiled_rows(const Tensor& rows, int64_t a_stride) {
-  const int64_t padded_rows = rows.size(0), k_padded = rows.size(1);
-  Tensor tiled(DType::kF32, {padded_rows, a_stride});
-  std::fill(tiled.data<float>(), tiled.data<float>() + tiled.numel(), 0.0f);
-  for (int64_t r = 0; r < padded_rows; ++r) {
-    for (int64_t i = 0; i < k_padded; ++i) {
-      const int64_t at = r / 16 * 16 * a_stride + i / 32 * 16 * 32 + r % 16 * 32 + i % 32;
-      tiled.data<float>()[at] = rows.data<float>()[r * k_padded + i];
-    }
-  }
-  return tiled;
-}
-
 // Runs one kernel on rows x k inputs and a 32 x k weight matrix; fails on the first output that
-// differs from the exact integer result. `tiled`: the rows in tile layout, at a stride past
-// k_padded, prefetched ahead into a next call that is this one again.
+// differs from the exact integer result.
 void check_tile(const KernelSet& set, const cpu::TileKernel& kernel, DType weight_dtype, int64_t k,
-                int64_t rows, bool tiled, uint64_t seed) {
+                int64_t rows, uint64_t seed) {
   SCOPED_TRACE(set.name + " weights=" + std::string(dtype_name(weight_dtype)) +
                " k=" + std::to_string(k) + " rows=" + std::to_string(rows) +
-               (tiled ? " tiled" : "") + " seed=" + std::to_string(seed));
+               " seed=" + std::to_string(seed));
   const cpu::PackedLayout layout = cpu::plain_layout(weight_dtype, cpu::kPairWidth, k);
   Tensor w(weight_dtype, {cpu::kPairWidth, k});
   fill_small_ints(w, seed, -4, 4);
@@ -56,19 +40,12 @@ void check_tile(const KernelSet& set, const cpu::TileKernel& kernel, DType weigh
     std::copy(values.data<float>() + r * k, values.data<float>() + (r + 1) * k,
               a_f32.data<float>() + r * layout.k_padded);
   }
-  const int64_t a_stride = tiled ? layout.k_padded + 32 : layout.k_padded;
-  const Tensor a = Tensor::copy_of(tiled ? tiled_rows(a_f32, a_stride) : a_f32, kernel.a_dtype);
+  const Tensor a = Tensor::copy_of(a_f32, kernel.a_dtype);
 
   std::vector<float> acc(32 * cpu::kPairWidth, std::nanf(""));
   cpu::TileArgs t;
   t.a = a.data<void>();
-  t.a_stride = a_stride;
-  t.a_tiled = tiled;
-  if (tiled) {
-    t.a_prefetch_steps = 2;
-    t.next_a = a.data<void>();
-    t.next_rows = rows;
-  }
+  t.a_stride = layout.k_padded;
   t.rows = rows;
   t.pair = packed.data<void>();
   t.panel_bytes = layout.panel_bytes();
@@ -105,8 +82,7 @@ void check_kernel_set(const KernelSet& set, DType weight_dtype) {
   const cpu::TileKernel& kernel = set.kernels.tile;
   for (int64_t k : {1, 2, 7, 8, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100}) {
     for (int64_t rows = 1; rows <= kernel.max_rows; ++rows) {
-      check_tile(set, kernel, weight_dtype, k, rows, false, seed++);
-      if (kernel.takes_tiled_rows) check_tile(set, kernel, weight_dtype, k, rows, true, seed++);
+      check_tile(set, kernel, weight_dtype, k, rows, seed++);
     }
   }
 }
@@ -116,14 +92,6 @@ TEST(TileKernels, EveryRunnableKernelIsExactOnSmallIntegers) {
     for (const KernelSet& set : runnable_kernel_sets(weight_dtype)) {
       check_kernel_set(set, weight_dtype);
     }
-  }
-}
-
-TEST(TileKernels, TheAmxKernelsTakeTiledRows) {
-  // The bf16 AMX kernels, real and emulated, are the ones the tiled cases above must cover.
-  for (const KernelSet& set : runnable_kernel_sets(DType::kBF16)) {
-    const bool amx = set.name == "amx" || set.name == "emulated-amx";
-    EXPECT_EQ(set.kernels.tile.takes_tiled_rows, amx) << set.name;
   }
 }
 

@@ -8,15 +8,9 @@
 //   tmm2 = rows 16-31 x panel 0  tmm3 = rows 16-31 x panel 1
 //   tmm4 = rows 0-15, tmm5 = rows 16-31: 32 bf16 of k each        (A, 64 bytes per row)
 //   tmm6 = panel 0, tmm7 = panel 1: 16 k pairs x 16 columns       (B, 64 bytes per row)
-// For each step of 32 along k, A rows are read at the rows' stride (or, in tile layout, as 1 KiB
-// at a stride of 64 bytes) and B is 1 KiB of the packed panel read at a stride of 64 bytes: the
-// packed bf16 layout (packed_weights.h) is the VNNI layout TDPBF16PS expects. A block of up to 16
-// rows uses only tmm0, tmm1, tmm4, tmm6, tmm7. Each A tile serves two dots and each B tile two:
-// the most 8 tile registers allow with 4 accumulators.
-//
-// In prefill the B tiles come from L1 (the driver keeps a k block of the pair there while every
-// row block passes) and the A tiles from L2, 2 KiB per 64 cycles of dots: the tile loads wait on
-// L2 unless the rows are prefetched into L1 a few steps ahead (TileArgs::a_prefetch_steps).
+// For each step of 32 along k, A rows are read at the rows' stride and B is 1 KiB of the packed
+// panel read at a stride of 64 bytes: the packed bf16 layout (packed_weights.h) is the VNNI layout
+// TDPBF16PS expects. A block of up to 16 rows uses only tmm0, tmm1, tmm4, tmm6, tmm7.
 //
 // Tiles provides (kTile, kA, kB are tile register numbers):
 //   begin(), end()                per thread, around its calls: ldtilecfg (amx_tile_config()),
@@ -32,7 +26,6 @@
 #include <cstdint>
 #include <cstring>
 
-#include "kernels/cpu/cpu_tuning.h"
 #include "kernels/cpu/epilogue_rows.h"
 #include "kernels/cpu/tile_kernel.h"
 
@@ -68,36 +61,11 @@ AmxTileConfig amx_tile_config() {
   return config;
 }
 
-// Where the A tiles of a block of rows lie, in either layout (TileArgs::a_tiled): the tile of
-// rows 16i.. at step k0 is 16 lines of 64 bytes, `line` bytes apart, from
-//   base + i * block + k0 * step
-struct ATiles {
-  const char* base;
-  int64_t block;  // bytes from one 16-row block to the next
-  int64_t step;   // bytes per k value
-  int64_t line;   // tileloadd's stride
-};
-
-ATiles a_tiles(const void* a, int64_t a_stride, bool tiled) {
-  const int64_t row_bytes = a_stride * 2;
-  return {static_cast<const char*>(a), kTileRows * row_bytes, tiled ? kTileRows * 2 : 2,
-          tiled ? kTileRowBytes : row_bytes};
-}
-
-// prefetcht0 of the A tiles of `rows` rows at step k0: 16 or 32 lines.
-void prefetch_a(const ATiles& a, int64_t rows, int64_t k0) {
-  for (int64_t block = 0; block * kTileRows < rows; ++block) {
-    const char* tile = a.base + block * a.block + k0 * a.step;
-    for (int64_t line = 0; line < kTileRows; ++line) __builtin_prefetch(tile + line * a.line, 0, 3);
-  }
-}
-
 template <typename Tiles>
 void amx_pair(const TileArgs& t) {
   const bool two_blocks = t.rows > kTileRows;
-  const ATiles a = a_tiles(t.a, t.a_stride, t.a_tiled);
-  const ATiles next_a = a_tiles(t.next_a, t.a_stride, t.a_tiled);
-  const int64_t a_ahead = t.a_prefetch_steps * kTileK;
+  const char* a = static_cast<const char*>(t.a);
+  const int64_t a_stride_bytes = t.a_stride * 2;
   const char* panel0 = static_cast<const char*>(t.pair);
   const char* panel1 = panel0 + t.panel_bytes;
   constexpr int64_t kAccStride = kPairWidth * sizeof(float);
@@ -123,19 +91,13 @@ void amx_pair(const TileArgs& t) {
       __builtin_prefetch(panel0 + b_offset + kAmxPrefetchSteps * kTileRows * kTileRowBytes + line);
       __builtin_prefetch(panel1 + b_offset + kAmxPrefetchSteps * kTileRows * kTileRowBytes + line);
     }
-    // The rows a_ahead along: this call's, then the next call's from its first step on.
-    if (a_ahead > 0 && k0 + a_ahead < t.k_end) {
-      prefetch_a(a, t.rows, k0 + a_ahead);
-    } else if (a_ahead > 0 && t.next_a) {
-      prefetch_a(next_a, t.next_rows, t.next_k_begin + k0 + a_ahead - t.k_end);
-    }
     Tiles::template load<6>(panel0 + b_offset, kTileRowBytes);
     Tiles::template load<7>(panel1 + b_offset, kTileRowBytes);
-    Tiles::template load<4>(a.base + k0 * a.step, a.line);
+    Tiles::template load<4>(a + k0 * 2, a_stride_bytes);
     Tiles::template dot<0, 4, 6>();
     Tiles::template dot<1, 4, 7>();
     if (two_blocks) {
-      Tiles::template load<5>(a.base + a.block + k0 * a.step, a.line);
+      Tiles::template load<5>(a + kTileRows * a_stride_bytes + k0 * 2, a_stride_bytes);
       Tiles::template dot<2, 5, 6>();
       Tiles::template dot<3, 5, 7>();
     }
@@ -160,8 +122,6 @@ ExpertKernels amx_expert_kernel_set() {
   kernels.tile.run = &amx_pair<Tiles>;
   kernels.tile.thread_begin = &Tiles::begin;
   kernels.tile.thread_end = &Tiles::end;
-  kernels.tile.takes_tiled_rows = true;
-  kernels.tile.tiled_min_rows = cpu_tuning().tiled_rows;
   kernels.flops_per_byte = kAmxFlopsPerByte;
   kernels.silu_rows = &silu_rows<16>;
   kernels.scale_rows = &scale_rows<16>;

@@ -12,7 +12,6 @@
 #include <cstdint>
 #include <cstring>
 
-#include "kernels/cpu/cpu_tuning.h"
 #include "kernels/cpu/tile_kernel.h"
 
 // Everything below is compiled for AMX; fma_tile.h explains why nothing is included after this.

@@ -39,11 +39,6 @@ CpuTuning read_cpu_tuning() {
   const int64_t huge = read_count("MOE_CPU_HUGEPAGES", 1);
   if (huge > 1) fail("MOE_CPU_HUGEPAGES: expected 0 or 1; got {}", huge);
   t.huge_pages = huge == 1;
-  t.tiled_rows = read_count("MOE_CPU_TILED_ROWS", t.tiled_rows);
-  t.row_prefetch_steps = read_count("MOE_CPU_ROW_PREFETCH", t.row_prefetch_steps);
-  if (t.row_prefetch_steps > 8) {
-    fail("MOE_CPU_ROW_PREFETCH: expected 0 to 8 steps of 32 along k; got {}", t.row_prefetch_steps);
-  }
   return t;
 }
 

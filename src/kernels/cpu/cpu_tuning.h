@@ -8,12 +8,6 @@
 //                      stream in flight while the tiles compute and the epilogue runs.
 //   MOE_CPU_HUGEPAGES  1 (default): ask the kernel to back packed weights with transparent huge
 //                      pages; 0: ordinary pages.
-//   MOE_CPU_TILED_ROWS chunks of at least this many rows (default 32: prefill) are gathered in
-//                      tile layout for the amx kernel (TileArgs::a_tiled); 0: never, every
-//                      chunk row by row as before. Layout only: results do not change.
-//   MOE_CPU_ROW_PREFETCH  steps of 32 along k that the amx kernel prefetches the input rows into
-//                      L1 ahead of its tile loads, on chunks of more than one row block (0..8;
-//                      default 2; 0: none). Speed only.
 // A malformed value is a moe::Error naming the variable and what it takes.
 #pragma once
 
@@ -25,8 +19,6 @@ struct CpuTuning {
   int64_t k_block = 0;  // 0: the default
   int64_t prefetch_blocks = 1;
   bool huge_pages = true;
-  int64_t tiled_rows = 32;
-  int64_t row_prefetch_steps = 2;
 };
 
 // The process's knobs: read_cpu_tuning()'s result on the first call, kept from then on.

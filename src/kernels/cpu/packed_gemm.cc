@@ -24,25 +24,20 @@ int64_t round_up(int64_t value, int64_t multiple) {
 
 // One thread's slice of PackedGemmWorkspace::thread_buffers.
 struct ThreadBuffers {
-  char* rows = nullptr;      // [row_capacity, a_stride] of the kernel's input dtype, or tiled
+  char* rows = nullptr;      // [row_capacity, a_stride] of the kernel's input dtype
   float* acc = nullptr;      // [row_capacity, 32]: the sums of one pair for every row
   float* convert = nullptr;  // [k]: one input row in f32 on its way to bf16
-  char* staging = nullptr;   // [k]: one input row in the kernel's dtype on its way into tiles
 };
 
 struct BufferShape {
   int64_t row_capacity = 0;
   int64_t a_stride = 0;
   int64_t row_bytes = 0;
-  int64_t convert_floats = 0;
   int64_t floats = 0;  // per thread, a multiple of a cache line
 };
 
 // Rows are padded to this: the largest row multiple of any kernel (two AMX tiles).
 constexpr int64_t kRowPadding = 32;
-// The tile layout (TileArgs::a_tiled): blocks of 16 rows, k in steps of 32 bf16 (64 bytes).
-constexpr int64_t kTiledBlockRows = 16;
-constexpr int64_t kTiledStepBytes = 64;
 
 BufferShape buffer_shape(int64_t max_chunk_rows, const PackedLayout& layout, DType a_dtype) {
   BufferShape s;
@@ -52,9 +47,7 @@ BufferShape buffer_shape(int64_t max_chunk_rows, const PackedLayout& layout, DTy
   s.a_stride = layout.k_padded + kCacheLine / elem;
   s.row_bytes = s.a_stride * elem;
   const int64_t row_floats = round_up(s.row_capacity * s.row_bytes / 4, kFloatsPerCacheLine);
-  s.convert_floats = round_up(layout.k, kFloatsPerCacheLine);
-  s.floats = row_floats + s.row_capacity * kPairWidth + s.convert_floats +
-             round_up(s.row_bytes / 4, kFloatsPerCacheLine);
+  s.floats = row_floats + s.row_capacity * kPairWidth + round_up(layout.k, kFloatsPerCacheLine);
   return s;
 }
 
@@ -63,7 +56,6 @@ ThreadBuffers carve(float* base, const BufferShape& s) {
   b.rows = reinterpret_cast<char*>(base);
   b.acc = base + round_up(s.row_capacity * s.row_bytes / 4, kFloatsPerCacheLine);
   b.convert = b.acc + s.row_capacity * kPairWidth;
-  b.staging = reinterpret_cast<char*>(b.convert + s.convert_floats);
   return b;
 }
 
@@ -82,77 +74,37 @@ const char* input_row(const PackedGemmArgs& args, int32_t id) {
          row * args.layout.k * static_cast<int64_t>(dtype_size(args.a_dtype));
 }
 
-// Input row `id`'s k values in the kernel's input dtype: the row where it lives when it needs no
-// conversion, else `dst` holding it converted (and scaled).
-const char* kernel_row(const PackedGemmArgs& args, int32_t id, DType kernel_dtype, char* dst,
-                       const ThreadBuffers& b) {
-  const int64_t k = args.layout.k;
-  const char* src = input_row(args, id);
-  if (kernel_dtype == args.a_dtype && !args.a_scale) return src;
-  const float scale = args.a_scale ? args.a_scale[id] : 1.0f;
-  if (kernel_dtype == DType::kF32) {
-    float* row = reinterpret_cast<float*>(dst);
-    convert_to_f32(src, args.a_dtype, row, static_cast<size_t>(k));
-    if (args.a_scale) {
-      for (int64_t i = 0; i < k; ++i) row[i] *= scale;
-    }
-  } else {
-    convert_to_f32(src, args.a_dtype, b.convert, static_cast<size_t>(k));
-    if (args.a_scale) {
-      for (int64_t i = 0; i < k; ++i) b.convert[i] *= scale;
-    }
-    convert_from_f32(b.convert, kernel_dtype, dst, static_cast<size_t>(k));
-  }
-  return dst;
-}
-
 // The chunk's rows, converted to the kernel's input dtype, zero past k and past the last row up
 // to the kernel's row multiple.
 void gather_rows(const PackedGemmArgs& args, const ExpertRows& chunk, DType kernel_dtype,
                  int64_t row_multiple, const BufferShape& s, const ThreadBuffers& b) {
-  const int64_t used = args.layout.k * static_cast<int64_t>(dtype_size(kernel_dtype));
+  const int64_t k = args.layout.k;
   for (int64_t r = 0; r < chunk.num_rows; ++r) {
+    const int32_t id = chunk.ids[r];
+    const char* src = input_row(args, id);
     char* dst = b.rows + r * s.row_bytes;
-    const char* row = kernel_row(args, chunk.ids[r], kernel_dtype, dst, b);
-    if (row != dst) std::memcpy(dst, row, static_cast<size_t>(used));
+    const float scale = args.a_scale ? args.a_scale[id] : 1.0f;
+    if (kernel_dtype == args.a_dtype && !args.a_scale) {
+      std::memcpy(dst, src, static_cast<size_t>(k) * dtype_size(kernel_dtype));
+    } else if (kernel_dtype == DType::kF32) {
+      float* row = reinterpret_cast<float*>(dst);
+      convert_to_f32(src, args.a_dtype, row, static_cast<size_t>(k));
+      if (args.a_scale) {
+        for (int64_t i = 0; i < k; ++i) row[i] *= scale;
+      }
+    } else {
+      convert_to_f32(src, args.a_dtype, b.convert, static_cast<size_t>(k));
+      if (args.a_scale) {
+        for (int64_t i = 0; i < k; ++i) b.convert[i] *= scale;
+      }
+      convert_from_f32(b.convert, kernel_dtype, dst, static_cast<size_t>(k));
+    }
+    const int64_t used = k * static_cast<int64_t>(dtype_size(kernel_dtype));
     std::memset(dst + used, 0, static_cast<size_t>(s.row_bytes - used));
   }
   const int64_t padded = round_up(chunk.num_rows, row_multiple);
   std::memset(b.rows + chunk.num_rows * s.row_bytes, 0,
               static_cast<size_t>((padded - chunk.num_rows) * s.row_bytes));
-}
-
-// The same rows in tile layout (TileArgs::a_tiled; 2-byte dtypes): row r's 64 bytes of step j go
-// to its block's KiB of that step, line r % 16. The last block's missing rows are zeros.
-void gather_tiled_rows(const PackedGemmArgs& args, const ExpertRows& chunk, DType kernel_dtype,
-                       const BufferShape& s, const ThreadBuffers& b) {
-  const int64_t used = args.layout.k * static_cast<int64_t>(dtype_size(kernel_dtype));
-  const int64_t steps = args.layout.k_padded * 2 / kTiledStepBytes;
-  const int64_t block_bytes = kTiledBlockRows * s.row_bytes;
-  if (chunk.num_rows % kTiledBlockRows != 0) {
-    std::memset(b.rows + chunk.num_rows / kTiledBlockRows * block_bytes, 0,
-                static_cast<size_t>(block_bytes));
-  }
-  for (int64_t r = 0; r < chunk.num_rows; ++r) {
-    const char* row = kernel_row(args, chunk.ids[r], kernel_dtype, b.staging, b);
-    char* line = b.rows + r / kTiledBlockRows * block_bytes + r % kTiledBlockRows * kTiledStepBytes;
-    for (int64_t step = 0; step < steps; ++step, line += kTiledBlockRows * kTiledStepBytes) {
-      const int64_t begin = step * kTiledStepBytes;
-      const int64_t bytes = std::clamp<int64_t>(used - begin, 0, kTiledStepBytes);
-      if (bytes == kTiledStepBytes) {
-        std::memcpy(line, row + begin, kTiledStepBytes);
-        continue;
-      }
-      std::memcpy(line, row + begin, static_cast<size_t>(bytes));
-      std::memset(line + bytes, 0, static_cast<size_t>(kTiledStepBytes - bytes));
-    }
-  }
-}
-
-// Whether the driver hands this chunk to the kernel in tile layout.
-bool tiled_chunk(const TileKernel& kernel, const ExpertRows& chunk) {
-  return kernel.takes_tiled_rows && kernel.tiled_min_rows > 0 &&
-         chunk.num_rows >= kernel.tiled_min_rows;
 }
 
 // acc [chunk rows, 32] -> the outputs of the chunk's rows for pair `pair`. SiLU runs on the path's
@@ -261,7 +213,7 @@ BlockSpan block_ahead(const PackedLayout& layout, const uint8_t* expert, const W
 // pair's last k block is done. Meanwhile a later k block (block_ahead) is prefetched to L2: the
 // chunk's row blocks give memory the time to deliver it.
 void run_item(const PackedGemmArgs& args, const ExpertKernels& kernels, const ExpertRows& chunk,
-              const WorkItem& item, bool tiled, const BufferShape& s, const ThreadBuffers& b) {
+              const WorkItem& item, const BufferShape& s, const ThreadBuffers& b) {
   const PackedLayout& layout = args.layout;
   const TileKernel& kernel = kernels.tile;
   const uint8_t* expert = args.experts[chunk.expert];
@@ -270,13 +222,9 @@ void run_item(const PackedGemmArgs& args, const ExpertKernels& kernels, const Ex
   // A k block larger than the default (MOE_CPU_KBLOCK) leaves L1 between row blocks.
   const bool block_fits_l1 =
       k_step * kPairWidth * static_cast<int64_t>(dtype_size(layout.dtype)) <= kPairBlockBytes;
-  // With one row block its rows stay in L1 (decode): nothing to prefetch.
-  const int64_t a_prefetch = row_blocks > 1 ? cpu_tuning().row_prefetch_steps : 0;
   for (int64_t pair = item.pair_begin; pair < item.pair_end; ++pair) {
     TileArgs t;
     t.a_stride = s.a_stride;
-    t.a_tiled = tiled;
-    t.a_prefetch_steps = a_prefetch;
     t.pair = expert + pair * layout.pair_bytes();
     t.panel_bytes = layout.panel_bytes();
     for (int64_t k0 = 0; k0 < layout.k_padded; k0 += k_step) {
@@ -291,16 +239,6 @@ void run_item(const PackedGemmArgs& args, const ExpertKernels& kernels, const Ex
         t.a = b.rows + r0 * s.row_bytes;
         t.acc = b.acc + r0 * kPairWidth;
         t.prefetch = block == 0 || !block_fits_l1;
-        if (a_prefetch > 0) {
-          // The next call: the next row block, or the first one at the next k block or pair.
-          const bool last_block = block + 1 == row_blocks;
-          const int64_t next_r0 = last_block ? 0 : r0 + kernel.max_rows;
-          const int64_t next_k0 = !last_block ? k0 : t.k_end < layout.k_padded ? t.k_end : 0;
-          const bool any = !last_block || t.k_end < layout.k_padded || pair + 1 < item.pair_end;
-          t.next_a = any ? b.rows + next_r0 * s.row_bytes : nullptr;
-          t.next_rows = std::min(kernel.max_rows, chunk.num_rows - next_r0);
-          t.next_k_begin = next_k0;
-        }
         kernel.run(t);
       }
     }
@@ -355,16 +293,11 @@ void packed_gemm(const PackedGemmArgs& args, const ExpertRows* groups, int64_t n
     for (int64_t i = 0; i < num_items; ++i) {
       const WorkItem& item = ws.items[i];
       const ExpertRows& chunk = ws.chunks[item.chunk];
-      const bool tiled = tiled_chunk(kernels.tile, chunk);
       if (item.chunk != gathered_chunk) {
-        if (tiled) {
-          gather_tiled_rows(args, chunk, kernel_dtype, shape, mine);
-        } else {
-          gather_rows(args, chunk, kernel_dtype, row_multiple, shape, mine);
-        }
+        gather_rows(args, chunk, kernel_dtype, row_multiple, shape, mine);
         gathered_chunk = item.chunk;
       }
-      run_item(args, kernels, chunk, item, tiled, shape, mine);
+      run_item(args, kernels, chunk, item, shape, mine);
     }
     if (kernels.tile.thread_end) kernels.tile.thread_end();
   }

@@ -9,15 +9,12 @@
 // where row(i) is row i / a_row_divisor of A, or the row at a_row_ptrs[i] when the rows lie
 // elsewhere (expert parallelism: rows received from other ranks, and the rank's own). The input
 // rows are gathered and converted (f32, or bf16 for the bf16 kernels) into a per-thread buffer
-// once per chunk of rows, straight from where they live (hidden[p / k], cache2[p]): row by row,
-// or in tile layout (TileArgs::a_tiled) for the amx kernel's chunks of MOE_CPU_TILED_ROWS rows
-// and more, so each A tile load reads one contiguous KiB. Each
+// once per chunk of rows, straight from where they live (hidden[p / k], cache2[p]). Each
 // work item (work_split.h) streams its weight pairs from memory once for all rows of its chunk:
 // each 16 KiB k block of a pair stays in L1 while the kernel walks the chunk's row blocks, and the
-// next block is prefetched meanwhile; the rows, read from L2, are prefetched into L1 a few k steps
-// ahead of the kernel (MOE_CPU_ROW_PREFETCH), on into its next call. Each output element is
-// computed in a fixed order, so results do not depend on the thread count. Tested by tests/experts
-// (every path against the reference backend).
+// next block is prefetched meanwhile. Each output element is computed in a fixed order, so results
+// do not depend on the thread count.
+// Tested by tests/experts (every path against the reference backend).
 #pragma once
 
 #include <cstdint>

@@ -25,13 +25,8 @@
 namespace moe::cpu {
 
 struct TileArgs {
-  const void* a = nullptr;  // [rows (padded, see TileKernel::row_multiple), a_stride]
-  int64_t a_stride = 0;     // elements between rows; >= PackedLayout::k_padded
-  // The rows in tile layout (TileKernel::takes_tiled_rows): each block of 16 rows takes the place
-  // of its 16 rows, [a_stride / 32][16][32], the 32 k values k0..k0 + 31 of its 16 rows side by
-  // side in 1 KiB at element 16 * k0 of the block. A tile's rows are then one contiguous KiB
-  // instead of 16 lines a row apart (16 pages, 16 TLB entries).
-  bool a_tiled = false;
+  const void* a = nullptr;     // [rows (padded, see TileKernel::row_multiple), a_stride]
+  int64_t a_stride = 0;        // elements between rows; >= PackedLayout::k_padded
   int64_t rows = 0;            // 1..TileKernel::max_rows
   const void* pair = nullptr;  // the two panels, panel_bytes apart
   int64_t panel_bytes = 0;
@@ -44,13 +39,6 @@ struct TileArgs {
   // the steps. Later row blocks find them in L1; the amx kernel, which prefetches 32 lines per
   // step, then skips its prefetches rather than take load slots from the tile loads.
   bool prefetch = true;
-  // Later row blocks read their rows from L2 while the weights sit in L1: prefetch the rows this
-  // many steps of 32 along k ahead into L1 (0: none), running on into the first steps of the
-  // driver's next call (next_a: its rows, in the same layout and stride; null: none).
-  int64_t a_prefetch_steps = 0;
-  const void* next_a = nullptr;
-  int64_t next_rows = 0;
-  int64_t next_k_begin = 0;
   float* acc = nullptr;  // [rows rounded up to TileKernel::row_multiple, 32]
 };
 
@@ -63,11 +51,6 @@ struct TileKernel {
   // Called once per thread around a run of calls (AMX loads and releases its tile configuration).
   void (*thread_begin)() = nullptr;
   void (*thread_end)() = nullptr;
-  // Whether run() reads TileArgs::a_tiled rows (the amx kernel), and from how many rows on the
-  // driver gathers a chunk that way (0: never). Decode chunks keep the row layout: a tile of one
-  // real row reads 16 lines either way, from L1.
-  bool takes_tiled_rows = false;
-  int64_t tiled_min_rows = 0;
 };
 
 // The epilogue of one panel pair over the rows of a chunk (epilogue_rows.h), after its last k
