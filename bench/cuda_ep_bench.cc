@@ -3,7 +3,7 @@
 // 128 tokens per rank (decode) and 4096 (prefill), uniform random routing over contiguous experts.
 //
 // Per case, the slowest rank's median of: dispatch, experts, combine (CUDA events around each
-// stage of forward_routed), a whole step with routing (forward), and for the low-latency path
+// stage of forward_routed; combine starts after every rank's experts finished), a whole step with routing (forward), and for the low-latency path
 // dispatch + experts + combine replayed as one CUDA graph. Bandwidth per GPU is the
 // bytes this rank wrote to other GPUs in the stage (rows, ids and weights; partial rows back)
 // over the stage's time. Two floors are measured in the same run and printed next to it: one
@@ -199,7 +199,7 @@ void run_case(Communicator& host, Communicator& nccl, const Case& c, int iterati
   const TensorView v_weights(weights.data(), DType::kF32, {M, k}, Device::kCuda);
 
   auto stream = static_cast<cudaStream_t>(layer.stream());
-  Events events(4);
+  Events events(5);
   std::vector<double> dispatch, experts_us, combine, step, graph_step;
   CudaEpStats stats;
   for (int i = 0; i < iterations + 3; ++i) {  // three warm-up steps size every buffer
@@ -211,14 +211,21 @@ void run_case(Communicator& host, Communicator& nccl, const Case& c, int iterati
     events.mark(1, layer.stream());
     layer.experts();
     events.mark(2, layer.stream());
-    layer.combine(v_out);
+    // Combine starts once every rank's experts are done, so its time is the exchange's and not
+    // the other rank's lag (ranks' experts differ by up to a few percent: at DeepSeek-V3's
+    // milliseconds, more than the exchange itself).
+    check(cudaStreamSynchronize(stream), "sync");
+    host.barrier();
+    cuda::ep::hold_stream(kHoldUs, stream);
     events.mark(3, layer.stream());
+    layer.combine(v_out);
+    events.mark(4, layer.stream());
     layer.finish_step();
     stats = layer.last_stats();
     if (i < 3) continue;
     dispatch.push_back(events.us(0, 1));
     experts_us.push_back(events.us(1, 2));
-    combine.push_back(events.us(2, 3));
+    combine.push_back(events.us(3, 4));
   }
   for (int i = 0; i < iterations + 3; ++i) {
     check(cudaStreamSynchronize(stream), "sync");

@@ -66,7 +66,13 @@ ExpertsPlan default_plan(const ExpertsProblem& problem) {
   // On Hopper the tma kernel streams each active expert's weights at the stream kernel's speed
   // or better (16 tokens: equal for DeepSeek-V3, 7% faster for Qwen3), so it takes over as soon
   // as the tiny batch ends.
-  if (wgmma_available()) return {GemmKernel::kTma, rows_per_expert <= 96 ? 64 : 128, false};
+  if (wgmma_available()) {
+    if (rows_per_expert <= 96) return {GemmKernel::kTma, 64, false};
+    // Long rows (DeepSeek-V3's H 7168): the blocks of one expert drift apart on weight tiles too
+    // large for L2 to serve both, and pairs that keep step win 7-14% at 4096-16384 tokens; at
+    // Qwen3's H 2048 they lost 3-7%.
+    return {problem.hidden_size >= 4096 ? GemmKernel::kTmaPair : GemmKernel::kTma, 128, false};
+  }
   if (rows_per_expert <= 1) return {GemmKernel::kStream, 4, false};
   if (rows_per_expert <= 32) return {GemmKernel::kMma, 32, false};
   return {GemmKernel::kMma, rows_per_expert <= 96 ? 64 : 128, false};
