@@ -13,7 +13,7 @@ TEST(Traffic, BytesToEachPeerAreRowsOutPlusResultsBack) {
   const RowBytes row{.out = 100, .back = 10};
   EXPECT_EQ(bytes_to_each({3, 0, 5}, {1, 7, 0}, row), (std::vector<int64_t>{310, 70, 500}));
   // Swapped: what this rank receives.
-  EXPECT_EQ(bytes_to_each({1, 7, 0}, {3, 0, 5}, row), (std::vector<int64_t>{130, 730, 50}));
+  EXPECT_EQ(bytes_to_each({1, 7, 0}, {3, 0, 5}, row), (std::vector<int64_t>{130, 700, 50}));
   EXPECT_THROW(bytes_to_each({1, 2}, {1}, row), Error);
 }
 

@@ -323,7 +323,8 @@ void CudaEpLayer::State::connect(const MoeConfig& config, const CudaEpOptions& o
         "GPUs cannot reach each other peer to peer (or with high_throughput_over_nccl); got none");
   }
   // Each lane's path is a collective, built in lane order on every rank. Over NCCL both lanes
-  // share the device communicator: two-batch steps order its calls with events.
+  // share the device communicator, whose calls the path waits for on the host: they run in the
+  // host's order, the same on every rank.
   for (int l = 0; l < (options.two_batch_overlap ? 2 : 1); ++l) {
     Lane& lane = s.lanes[static_cast<size_t>(l)];
     check(cudaStreamCreateWithFlags(&lane.stream, cudaStreamNonBlocking), "cudaStreamCreate");
@@ -446,8 +447,9 @@ void CudaEpLayer::two_batch_step(const TensorView& hidden, const TensorView& top
   const auto ids = static_cast<const int32_t*>(topk_ids.data);
   const auto weights = static_cast<const float*>(topk_weights.data);
   // Host order and event edges are the same on every rank, so each lane's data path sees its
-  // steps in one order everywhere, and the calls on a shared NCCL communicator too (dispatch 0,
-  // dispatch 1, combine 0, combine 1 on the GPU: each waits for the one before).
+  // steps in one order everywhere; transfers run dispatch 0, dispatch 1, combine 0, combine 1,
+  // each after the one before (over NCCL, whose calls the path waits for on the host, in host
+  // order on the shared communicator), and the experts one lane after the other.
   s.dispatch(first, config_, hidden.data, ids, weights, split);
   s.dispatched0.record(first.stream);
   s.experts(first, config_, options_, cap);

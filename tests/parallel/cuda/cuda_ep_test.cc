@@ -219,6 +219,7 @@ TEST_P(CudaEp, TwoBatchStepMatchesTheSingleGpuLayer) {
     EXPECT_EQ(layer.last_stats().rows_sent, expected_rows(ids, map, host));
     EXPECT_EQ(layer.last_stats().rows_sent, one_batch_rows);
 
+    if (M == 0) continue;  // the same M on every rank: all skip the routed step alike
     const DeviceTensor routed = DeviceTensor::empty_like(DType::kBF16, hidden.shape());
     layer.forward_two_batch(d_hidden, routed);
     expect_close(routed.to_host(), single.forward(hidden), k, N);
