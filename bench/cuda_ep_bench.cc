@@ -3,18 +3,23 @@
 // 128 tokens per rank (decode) and 4096 (prefill), uniform random routing over contiguous experts.
 //
 // Per case, the slowest rank's median of: dispatch, experts, combine (CUDA events around each
-// stage of forward_routed; combine starts after every rank's experts finished), a whole step with routing (forward), and for the low-latency path
-// dispatch + experts + combine replayed as one CUDA graph. Bandwidth per GPU is the
-// bytes this rank wrote to other GPUs in the stage (rows, ids and weights; partial rows back)
-// over the stage's time. Two floors are measured in the same run and printed next to it: one
-// NCCL all-to-all of the dispatch's bytes per peer, and a 256 MiB cudaMemcpyPeerAsync from every
-// GPU to the next at once (the copy engines' peer bandwidth).
+// stage of forward_routed; combine starts after every rank's experts finished), a whole step with
+// routing (forward), and for the low-latency path dispatch + experts + combine replayed as one CUDA
+// graph. Bandwidth per GPU is the bytes this rank wrote to other GPUs in the stage (rows, ids and
+// weights; partial rows back) over the stage's time. Two floors are measured in the same run and
+// printed next to it: one NCCL all-to-all of the dispatch's bytes per peer, and a 256 MiB
+// cudaMemcpyPeerAsync from every GPU to the next at once (the copy engines' peer bandwidth).
+//
+// Two-batch row per case: the routed step (forward_routed) against the same tokens as two
+// micro-batches with overlap (forward_routed_two_batch, the experts' persistent grids leaving
+// --free-sms multiprocessors to the transfers), the slowest rank's medians and the gain; and the
+// step's bytes sent by domain (last_stats(): same host, cross host).
 //
 // Paths: ll (low-latency), ht (high-throughput: peer to peer where every GPU reaches every other,
 // else NCCL), nccl (high-throughput forced through NCCL).
 //
 // Run: mpirun -np 2 build/release/bench/moe_bench_cuda_ep [--tokens 128,4096] [--iterations 20]
-//        [--paths ll,ht,nccl] [--models qwen3-30b-a3b,deepseek-v3]
+//        [--paths ll,ht,nccl] [--models qwen3-30b-a3b,deepseek-v3] [--free-sms 16]
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
 
@@ -156,8 +161,23 @@ struct Case {
   std::string path;  // ll, ht or nccl
 };
 
+// Slowest rank's median GPU time of `step` (queued after the stream hold), in microseconds.
+template <typename Step>
+double median_step_us(Communicator& host, CudaEpLayer& layer, int iterations, Step step) {
+  auto stream = static_cast<cudaStream_t>(layer.stream());
+  std::vector<double> times;
+  for (int i = 0; i < iterations + 3; ++i) {
+    check(cudaStreamSynchronize(stream), "sync");
+    host.barrier();
+    cuda::ep::hold_stream(kHoldUs, stream);
+    step();
+    if (i >= 3) times.push_back(layer.last_stats().total_us);
+  }
+  return slowest(host, median(times));
+}
+
 void run_case(Communicator& host, Communicator& nccl, const Case& c, int iterations,
-              double peer_bandwidth) {
+              double peer_bandwidth, int free_sms) {
   const int me = host.rank(), N = host.size();
   MoeConfig config = preset_config(c.model);
   config.experts.shared_intermediate_size = 0;  // routed experts: what expert parallelism moves
@@ -169,6 +189,8 @@ void run_case(Communicator& host, Communicator& nccl, const Case& c, int iterati
       c.path == "nccl" ? DispatcherKind::kHighThroughput : parse_dispatcher(c.path);
   options.high_throughput_over_nccl = c.path == "nccl";
   options.low_latency_capacity = M;  // a rank never sends one peer more rows than its tokens
+  options.two_batch_overlap = true;
+  options.overlap_free_multiprocessors = free_sms;
   CudaEpLayer layer =
       CudaEpLayer::synthetic(config, ExpertMap::contiguous(E, N), host, &nccl, options, 1);
 
@@ -282,6 +304,24 @@ void run_case(Communicator& host, Communicator& nccl, const Case& c, int iterati
         nccl_gbs, 100 * d_gbs / (peer_bandwidth / 1e9), 100 * c_gbs / (peer_bandwidth / 1e9),
         100 * d_gbs / std::max(nccl_gbs, 1e-9));
   }
+
+  const double one_us = median_step_us(
+      host, layer, iterations, [&] { layer.forward_routed(v_hidden, v_ids, v_weights, v_out); });
+  const double two_us = median_step_us(host, layer, iterations, [&] {
+    layer.forward_routed_two_batch(v_hidden, v_ids, v_weights, v_out);
+  });
+  const CudaEpStats& two = layer.last_stats();
+  if (me == 0) {
+    int device = 0, sms = 0;
+    check(cudaGetDevice(&device), "cudaGetDevice");
+    check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
+          "cudaDeviceGetAttribute");
+    std::printf(
+        "  two-batch: one batch %.1f us, two micro-batches %.1f us (experts on %d of %d SMs): "
+        "gain %.1f%%; rank 0 sent %lld bytes to its host's GPUs, %lld to other hosts\n",
+        one_us, two_us, std::max(1, sms - free_sms), sms, 100 * (one_us - two_us) / one_us,
+        static_cast<long long>(two.sent.same_host), static_cast<long long>(two.sent.cross_host));
+  }
 }
 
 int run(int argc, char** argv) {
@@ -289,6 +329,7 @@ int run(int argc, char** argv) {
   std::vector<std::string> models = {"qwen3-30b-a3b", "deepseek-v3"};
   std::vector<std::string> paths = {"ll", "ht", "nccl"};
   int iterations = 20;
+  int free_sms = 16;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
     if (flag == "--iterations") {
@@ -300,9 +341,13 @@ int run(int argc, char** argv) {
       models = split(value);
     } else if (flag == "--paths") {
       paths = split(value);
+    } else if (flag == "--free-sms") {
+      free_sms = std::max(0, std::atoi(value.c_str()));
     } else {
-      fail("moe_bench_cuda_ep: unknown flag '{}' (--tokens, --iterations, --paths, --models)",
-           flag);
+      fail(
+          "moe_bench_cuda_ep: unknown flag '{}' (--tokens, --iterations, --paths, --models, "
+          "--free-sms)",
+          flag);
     }
   }
   for (const std::string& p : paths) {
@@ -333,7 +378,7 @@ int run(int argc, char** argv) {
   for (const std::string& model : models) {
     for (int64_t t : tokens) {
       for (const std::string& p : paths) {
-        run_case(*host, *nccl, {model, t, p}, iterations, peer);
+        run_case(*host, *nccl, {model, t, p}, iterations, peer, free_sms);
       }
     }
   }

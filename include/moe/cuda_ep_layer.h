@@ -36,6 +36,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "moe/communicator.h"
@@ -58,6 +59,13 @@ struct CudaEpOptions {
   // comparing the two transports).
   bool high_throughput_over_nccl = false;
   int64_t block_m = 0;  // experts' rows per block; 0 = the CUDA backend's choice
+  // Two-batch overlap: a second stream with its own data-path buffers (flags, step numbers,
+  // IPC mappings) and experts' workspace, for forward_two_batch and friends. A collective
+  // choice: every rank passes the same.
+  bool two_batch_overlap = false;
+  // In two-batch steps, multiprocessors the experts' persistent GEMM grids leave to the other
+  // micro-batch's dispatch and combine kernels (which otherwise wait for them); 0 = none.
+  int overlap_free_multiprocessors = 0;
 };
 
 // What the last step did on this rank. Per-peer arrays are [num_ranks]; this rank's own rows go
@@ -66,8 +74,13 @@ struct CudaEpStats {
   int64_t num_tokens = 0;
   std::vector<int64_t> rows_sent;      // token rows to each rank (one per token and rank)
   std::vector<int64_t> rows_received;  // token rows from each rank
-  int64_t bytes_to_peers = 0;          // dispatch + combine bytes this rank wrote to other ranks
-  // GPU times of the stages in microseconds (forward / forward_routed only).
+  // Bytes to and from each rank: a token row with its k slot ids and weights out (H * 2 + k * 8),
+  // a partial row back (H * 2) for every row received; its own index is the copy within its GPU.
+  std::vector<int64_t> bytes_sent, bytes_received;
+  TrafficSplit sent, received;  // the same by domain (moe/ep_layer.h): self, same host, cross host
+  int64_t bytes_to_peers = 0;   // sent.same_host + sent.cross_host
+  // GPU times of the stages in microseconds (forward / forward_routed only; two-batch steps have
+  // route and total only: their stages overlap).
   double route_us = 0, dispatch_us = 0, experts_us = 0, combine_us = 0, total_us = 0;
 };
 
@@ -114,6 +127,25 @@ class CudaEpLayer {
   void combine(const TensorView& out);
   void finish_step();  // waits for the stream; throws as forward does; fills last_stats()
 
+  // Two-batch overlap (options().two_batch_overlap): the step's tokens split in two
+  // micro-batches, rows [0, ceil(M/2)) and the rest, each with its own stream and buffers, so
+  // one's dispatch and combine run while the other's experts compute:
+  //   stream():   dispatch 0 | experts 0 |             | combine 0 |
+  //   second:                | dispatch 1 | experts 1               | combine 1
+  // Transfers keep the order dispatch 0, dispatch 1, combine 0, combine 1 and the experts run
+  // one after the other (events between the streams), alike on every rank. The result equals
+  // forward's within the same bf16 tolerance (each micro-batch is a step of its own; with
+  // replicas the choice counts each micro-batch's pairs from 0).
+  void forward_two_batch(const TensorView& hidden, const TensorView& out);
+  void forward_routed_two_batch(const TensorView& hidden, const TensorView& topk_ids,
+                                const TensorView& topk_weights, const TensorView& out);
+  // The same step queued on stream() without the host synchronization of finish_step (the second
+  // stream forks from stream() and joins it again): on the low-latency path it can be captured
+  // in a CUDA graph once a two-batch step of the same M ran outside it; finish_step() then
+  // reports both micro-batches.
+  void two_batch_step(const TensorView& hidden, const TensorView& topk_ids,
+                      const TensorView& topk_weights, const TensorView& out);
+
   void* stream() const;  // the cudaStream_t every stage runs on
   const MoeConfig& config() const { return config_; }
   const ExpertMap& expert_map() const;
@@ -123,6 +155,7 @@ class CudaEpLayer {
  private:
   struct State;
   CudaEpLayer(MoeConfig config, CudaEpOptions options, std::unique_ptr<State> state);
+  std::pair<TensorView, TensorView> route(const TensorView& hidden);  // ids, weights
   MoeConfig config_;
   CudaEpOptions options_;
   std::unique_ptr<State> state_;

@@ -18,6 +18,7 @@
 #include "moe/error.h"
 #include "moe/routing.h"
 #include "parallel/dispatcher.h"
+#include "parallel/traffic.h"
 
 namespace moe {
 
@@ -39,21 +40,6 @@ class StageTimer {
   double& counter_;
   Clock::time_point start_;
 };
-
-TrafficSplit split_by_domain(const std::vector<int64_t>& per_peer, const Communicator& comm) {
-  TrafficSplit split;
-  for (int p = 0; p < comm.size(); ++p) {
-    const int64_t bytes = per_peer[static_cast<size_t>(p)];
-    if (p == comm.rank()) {
-      split.self += bytes;
-    } else if (comm.same_host(p, comm.rank())) {
-      split.same_host += bytes;
-    } else {
-      split.cross_host += bytes;
-    }
-  }
-  return split;
-}
 
 }  // namespace
 
@@ -295,8 +281,8 @@ void EpMoeLayer::forward(const TensorView& hidden, const TensorView& out) {
   }
   for (int i = 0; i < num_micro; ++i) sum(i);
 
-  st.dispatch_sent = split_by_domain(st.dispatch_bytes_sent, s.comm);
-  st.combine_sent = split_by_domain(st.combine_bytes_sent, s.comm);
+  st.dispatch_sent = parallel::split_by_domain(st.dispatch_bytes_sent, s.comm);
+  st.combine_sent = parallel::split_by_domain(st.combine_bytes_sent, s.comm);
   st.total_us = microseconds_since(step_start);
 }
 

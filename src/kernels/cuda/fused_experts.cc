@@ -171,6 +171,7 @@ void ExpertsRunner::run(const ExpertsProblem& problem, const ExpertsPlan& plan, 
     gemm.num_pairs = pairs;
     gemm.block_m = plan.block_m;
     gemm.max_blocks = max_blocks;
+    gemm.max_multiprocessors = plan.max_multiprocessors;
     gemm.num_local_experts = local_experts;
     if (plan.tiny_batch) {
       gemm.tiny_topk_ids = topk_ids;

@@ -23,6 +23,8 @@ struct ExpertsPlan {
   GemmKernel kernel = GemmKernel::kStream;
   int64_t block_m = 16;
   bool tiny_batch = false;
+  // Multiprocessors the persistent GEMM grids may take (GroupedGemmArgs); 0 = all.
+  int max_multiprocessors = 0;
 };
 
 // The built-in choice when no tuned entry exists: the stream kernel while experts see few rows

@@ -37,6 +37,10 @@ struct GroupedGemmArgs {
   int64_t num_pairs = 0;   // P = M * k: pair ids >= P are padding
   int64_t block_m = 0;     // rows per aligned block
   int64_t max_blocks = 0;  // upper bound of num_pairs_post_padded / block_m
+  // The persistent (tma) grids take at most this many multiprocessors, leaving the others to
+  // kernels of another stream (two-batch overlap); 0 = all. The other kernels launch one block
+  // per tile, which hands multiprocessors over as tiles finish.
+  int max_multiprocessors = 0;
 };
 
 // Which kernel runs a grouped GEMM.

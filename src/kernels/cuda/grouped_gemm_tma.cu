@@ -491,8 +491,8 @@ CUtensorMap weight_tensor_map(const GroupedGemmArgs& a) {
   return map;
 }
 
-// One thread block per multiprocessor; clusters: as many as fit at once (not every multiprocessor
-// can join one), times their size.
+// One thread block per multiprocessor (at most args.max_multiprocessors of them); clusters: as many
+// as fit at once (not every multiprocessor can join one), times their size.
 template <int kBlockM, bool kGated, bool kEager, int kCluster>
 void launch(const GroupedGemmArgs& args, cudaStream_t stream) {
   using Tile = TmaTile<kBlockM>;
@@ -502,6 +502,9 @@ void launch(const GroupedGemmArgs& args, cudaStream_t stream) {
   check(cudaGetDevice(&device), "cudaGetDevice");
   check(cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device),
         "cudaDeviceGetAttribute(multiprocessors)");
+  if (args.max_multiprocessors > 0) {
+    multiprocessors = std::min(multiprocessors, args.max_multiprocessors);
+  }
   const int64_t columns_per_tile = kGated ? kTileN / 2 : kTileN;
   const int64_t tiles = (args.max_blocks + kCluster - 1) / kCluster *
                         ((args.out_columns + columns_per_tile - 1) / columns_per_tile);

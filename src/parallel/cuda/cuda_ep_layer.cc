@@ -4,6 +4,7 @@
 
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
+#include <fmt/format.h>
 
 #include <array>
 #include <cmath>
@@ -21,6 +22,7 @@
 #include "parallel/cuda/ipc_buffers.h"
 #include "parallel/cuda/replica_choice.h"
 #include "parallel/dispatch_plan.h"
+#include "parallel/traffic.h"
 
 namespace moe {
 
@@ -122,7 +124,44 @@ class StepEvents {
   std::array<cudaEvent_t, 5> events_{};
 };
 
+// An event for ordering work across streams (no timing).
+class StreamEvent {
+ public:
+  StreamEvent() {
+    check(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), "cudaEventCreate");
+  }
+  ~StreamEvent() { cudaEventDestroy(event_); }
+  StreamEvent(const StreamEvent&) = delete;
+  StreamEvent& operator=(const StreamEvent&) = delete;
+  void record(cudaStream_t stream) { check(cudaEventRecord(event_, stream), "cudaEventRecord"); }
+  // `stream` waits for the work queued before the latest record().
+  void wait_on(cudaStream_t stream) const {
+    check(cudaStreamWaitEvent(stream, event_, 0), "cudaStreamWaitEvent");
+  }
+
+ private:
+  cudaEvent_t event_ = nullptr;
+};
+
+// Row `first` of a [M, row_bytes] batch (one micro-batch's part of it).
+const void* rows_from(const void* data, int64_t first, int64_t row_bytes) {
+  return static_cast<const char*>(data) + first * row_bytes;
+}
+void* rows_from(void* data, int64_t first, int64_t row_bytes) {
+  return static_cast<char*>(data) + first * row_bytes;
+}
+
 }  // namespace
+
+// One micro-batch's stream, data path (buffers, flags and step numbers of its own) and experts'
+// workspace. A one-batch step runs on lane 0; two-batch steps on both.
+struct Lane {
+  cudaStream_t stream = nullptr;
+  std::unique_ptr<cuda::ep::DataPath> path;
+  cuda::ExpertsRunner experts;
+  cuda::DeviceBuffer slot_ids;  // replica choice: each pair's slot
+  int64_t num_tokens = 0;
+};
 
 struct CudaEpLayer::State {
   ExpertMap map;
@@ -137,22 +176,32 @@ struct CudaEpLayer::State {
   // slot s holds expert s for every s (the ids are the slots).
   bool choose_slots = false;
   int32_t max_candidates = 1;
-  cuda::DeviceBuffer candidate_offsets, candidates, slot_ids;
+  cuda::DeviceBuffer candidate_offsets, candidates;
   cuda::DeviceBuffer logits, ids, weights;
-  cuda::ExpertsRunner experts;
   std::string device_name;
-  std::unique_ptr<cuda::ep::DataPath> path;
+  int multiprocessors = 0;
+  std::array<Lane, 2> lanes;  // lanes[1] only with two_batch_overlap
+  int lanes_in_step = 1;      // what finish_step reports
   CudaEpStats stats;
   int64_t num_tokens = 0;
   StepEvents events;
+  // Two-batch steps: lane 0 dispatched / its experts done / combined; lane 1 dispatched / done.
+  StreamEvent dispatched0, experts0, combined0, dispatched1, done1;
 
   State(ExpertMap m, Communicator& h) : map(std::move(m)), host(h) {}
   // Everything but the expert weights and the router: stream, maps, the data path.
   void connect(const MoeConfig& config, const CudaEpOptions& options, Communicator* device_comm);
+  // The stages of one micro-batch on its lane's stream.
+  void dispatch(Lane& lane, const MoeConfig& config, const void* hidden, const int32_t* ids,
+                const float* weights, int64_t num_tokens);
+  void experts(Lane& lane, const MoeConfig& config, const CudaEpOptions& options,
+               int max_multiprocessors);
   ~State() {
-    path.reset();  // a collective: before the stream goes
+    for (Lane& lane : lanes) {
+      lane.path.reset();  // a collective: before the stream goes
+      if (lane.stream != nullptr) cudaStreamDestroy(lane.stream);
+    }
     if (cublas != nullptr) cublasDestroy(cublas);
-    if (stream != nullptr) cudaStreamDestroy(stream);
   }
 };
 
@@ -225,7 +274,7 @@ void CudaEpLayer::State::connect(const MoeConfig& config, const CudaEpOptions& o
   cudaDeviceProp properties{};
   check(cudaGetDeviceProperties(&properties, s.device), "cudaGetDeviceProperties");
   s.device_name = properties.name;
-  check(cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  s.multiprocessors = properties.multiProcessorCount;
   check(cublasCreate(&s.cublas), "cublasCreate");
   s.num_local = static_cast<int64_t>(s.map.local_slots(me).size());
 
@@ -264,19 +313,29 @@ void CudaEpLayer::State::connect(const MoeConfig& config, const CudaEpOptions& o
   shape.rank_of_expert = static_cast<const int32_t*>(s.rank_of_slot.data());
   const auto timeout_ns = static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(options.timeout).count());
-  if (options.dispatcher == DispatcherKind::kLowLatency) {
-    s.path =
-        cuda::ep::make_low_latency_path(s.host, shape, options.low_latency_capacity, timeout_ns);
-  } else if (!options.high_throughput_over_nccl && cuda::ep::ipc_reachable(s.host)) {
-    s.path = cuda::ep::make_peer_high_throughput_path(s.host, shape, timeout_ns);
-  } else {
-    if (device_comm == nullptr) {
-      fail(
-          "CudaEpLayer: the high-throughput path needs a device communicator (NCCL) where the "
-          "GPUs cannot reach each other peer to peer (or with high_throughput_over_nccl); got "
-          "none");
+  const bool peer_high_throughput = options.dispatcher == DispatcherKind::kHighThroughput &&
+                                    !options.high_throughput_over_nccl &&
+                                    cuda::ep::ipc_reachable(s.host);
+  if (options.dispatcher == DispatcherKind::kHighThroughput && !peer_high_throughput &&
+      device_comm == nullptr) {
+    fail(
+        "CudaEpLayer: the high-throughput path needs a device communicator (NCCL) where the "
+        "GPUs cannot reach each other peer to peer (or with high_throughput_over_nccl); got none");
+  }
+  // Each lane's path is a collective, built in lane order on every rank. Over NCCL both lanes
+  // share the device communicator, whose calls the path waits for on the host: they run in the
+  // host's order, the same on every rank.
+  for (int l = 0; l < (options.two_batch_overlap ? 2 : 1); ++l) {
+    Lane& lane = s.lanes[static_cast<size_t>(l)];
+    check(cudaStreamCreateWithFlags(&lane.stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    if (options.dispatcher == DispatcherKind::kLowLatency) {
+      lane.path =
+          cuda::ep::make_low_latency_path(s.host, shape, options.low_latency_capacity, timeout_ns);
+    } else if (peer_high_throughput) {
+      lane.path = cuda::ep::make_peer_high_throughput_path(s.host, shape, timeout_ns);
+    } else {
+      lane.path = cuda::ep::make_high_throughput_path(s.host, *device_comm, shape);
     }
-    s.path = cuda::ep::make_high_throughput_path(s.host, *device_comm, shape);
   }
 }
 
@@ -284,9 +343,64 @@ CudaEpLayer::~CudaEpLayer() = default;
 CudaEpLayer::CudaEpLayer(CudaEpLayer&&) noexcept = default;
 CudaEpLayer& CudaEpLayer::operator=(CudaEpLayer&&) noexcept = default;
 
-void* CudaEpLayer::stream() const { return state_->stream; }
+void* CudaEpLayer::stream() const { return state_->lanes[0].stream; }
 const ExpertMap& CudaEpLayer::expert_map() const { return state_->map; }
 const CudaEpStats& CudaEpLayer::last_stats() const { return state_->stats; }
+
+void CudaEpLayer::State::dispatch(Lane& lane, const MoeConfig& config, const void* hidden,
+                                  const int32_t* ids, const float* weights, int64_t num_tokens) {
+  const int64_t k = config.routing.top_k;
+  lane.num_tokens = num_tokens;
+  if (choose_slots) {
+    // Grows only with M: a step replayed in a graph finds the buffer in place.
+    lane.slot_ids.reserve(static_cast<size_t>(std::max<int64_t>(num_tokens * k, 1)) *
+                          sizeof(int32_t));
+    cuda::ep::ReplicaChoiceArgs choice;
+    choice.topk_ids = ids;
+    choice.num_pairs = num_tokens * k;
+    choice.num_experts = config.routing.num_experts;
+    choice.candidate_offsets = static_cast<const int32_t*>(candidate_offsets.data());
+    choice.candidates = static_cast<const int32_t*>(candidates.data());
+    choice.max_candidates = max_candidates;
+    choice.rank = host.rank();
+    choice.slot_ids = static_cast<int32_t*>(lane.slot_ids.data());
+    cuda::ep::choose_replicas(choice, lane.stream);
+    ids = choice.slot_ids;
+  }
+  lane.path->dispatch({hidden, ids, weights, num_tokens}, lane.stream);
+}
+
+void CudaEpLayer::State::experts(Lane& lane, const MoeConfig& config, const CudaEpOptions& options,
+                                 int max_multiprocessors) {
+  const cuda::ep::ReceivedRows in = lane.path->received();
+  ExpertsProblem problem;
+  problem.num_tokens = in.num_rows;
+  problem.hidden_size = config.experts.hidden_size;
+  problem.intermediate_size = config.experts.intermediate_size;
+  problem.top_k = config.routing.top_k;
+  problem.num_experts = map.num_slots();  // the received ids are slots
+  problem.num_local_experts = num_local;
+  problem.hidden = in.rows;
+  problem.hidden_dtype = DType::kBF16;
+  problem.w13 = w13.data();
+  problem.w2 = w2.data();
+  problem.weight_dtype = DType::kBF16;
+  problem.topk_ids = in.ids;
+  problem.topk_weights = in.weights;
+  problem.expert_map = static_cast<const int32_t*>(kernel_map.data());
+  problem.out = in.partial;
+  cuda::ExpertsPlan plan = cuda_plans::choose_plan(problem, device_name);
+  if (options.block_m > 0) {
+    plan.block_m = options.block_m;
+    plan.tiny_batch = false;
+    plan.kernel = options.block_m <= cuda::kMaxStreamRows ? cuda::GemmKernel::kStream
+                  : cuda::wgmma_available() && cuda::wgmma_supports_block_m(options.block_m)
+                      ? cuda::GemmKernel::kWgmma
+                      : cuda::GemmKernel::kMma;
+  }
+  plan.max_multiprocessors = max_multiprocessors;
+  lane.experts.run(problem, plan, lane.stream);
+}
 
 void CudaEpLayer::dispatch(const TensorView& hidden, const TensorView& topk_ids,
                            const TensorView& topk_weights) {
@@ -298,99 +412,128 @@ void CudaEpLayer::dispatch(const TensorView& hidden, const TensorView& topk_ids,
   State& s = *state_;
   use_device(s.device);
   s.num_tokens = M;
-  const auto* ids = static_cast<const int32_t*>(topk_ids.data);
-  if (s.choose_slots) {
-    // Grows only with M: a step replayed in a graph finds the buffer in place.
-    s.slot_ids.reserve(static_cast<size_t>(std::max<int64_t>(M * k, 1)) * sizeof(int32_t));
-    cuda::ep::ReplicaChoiceArgs choice;
-    choice.topk_ids = ids;
-    choice.num_pairs = M * k;
-    choice.num_experts = config_.routing.num_experts;
-    choice.candidate_offsets = static_cast<const int32_t*>(s.candidate_offsets.data());
-    choice.candidates = static_cast<const int32_t*>(s.candidates.data());
-    choice.max_candidates = s.max_candidates;
-    choice.rank = s.host.rank();
-    choice.slot_ids = static_cast<int32_t*>(s.slot_ids.data());
-    cuda::ep::choose_replicas(choice, s.stream);
-    ids = choice.slot_ids;
-  }
-  s.path->dispatch({hidden.data, ids, static_cast<const float*>(topk_weights.data), M}, s.stream);
+  s.lanes_in_step = 1;
+  s.dispatch(s.lanes[0], config_, hidden.data, static_cast<const int32_t*>(topk_ids.data),
+             static_cast<const float*>(topk_weights.data), M);
 }
 
-void CudaEpLayer::experts() {
-  State& s = *state_;
-  const cuda::ep::ReceivedRows in = s.path->received();
-  ExpertsProblem problem;
-  problem.num_tokens = in.num_rows;
-  problem.hidden_size = config_.experts.hidden_size;
-  problem.intermediate_size = config_.experts.intermediate_size;
-  problem.top_k = config_.routing.top_k;
-  problem.num_experts = s.map.num_slots();  // the received ids are slots
-  problem.num_local_experts = s.num_local;
-  problem.hidden = in.rows;
-  problem.hidden_dtype = DType::kBF16;
-  problem.w13 = s.w13.data();
-  problem.w2 = s.w2.data();
-  problem.weight_dtype = DType::kBF16;
-  problem.topk_ids = in.ids;
-  problem.topk_weights = in.weights;
-  problem.expert_map = static_cast<const int32_t*>(s.kernel_map.data());
-  problem.out = in.partial;
-  cuda::ExpertsPlan plan = cuda_plans::choose_plan(problem, s.device_name);
-  if (options_.block_m > 0) {
-    plan.block_m = options_.block_m;
-    plan.tiny_batch = false;
-    plan.kernel = options_.block_m <= cuda::kMaxStreamRows ? cuda::GemmKernel::kStream
-                  : cuda::wgmma_available() && cuda::wgmma_supports_block_m(options_.block_m)
-                      ? cuda::GemmKernel::kWgmma
-                      : cuda::GemmKernel::kMma;
-  }
-  s.experts.run(problem, plan, s.stream);
-}
+void CudaEpLayer::experts() { state_->experts(state_->lanes[0], config_, options_, 0); }
 
 void CudaEpLayer::combine(const TensorView& out) {
   check_tokens(out, "out", DType::kBF16, state_->num_tokens, config_.experts.hidden_size);
-  state_->path->combine(out.data, state_->stream);
+  state_->lanes[0].path->combine(out.data, state_->lanes[0].stream);
+}
+
+void CudaEpLayer::two_batch_step(const TensorView& hidden, const TensorView& topk_ids,
+                                 const TensorView& topk_weights, const TensorView& out) {
+  if (!options_.two_batch_overlap) {
+    fail("CudaEpLayer: a two-batch step needs CudaEpOptions::two_batch_overlap at construction");
+  }
+  const int64_t M = hidden.dim() == 2 ? hidden.size(0) : -1;
+  const int64_t H = config_.experts.hidden_size, k = config_.routing.top_k;
+  check_tokens(hidden, "hidden", DType::kBF16, M, H);
+  check_tokens(topk_ids, "topk_ids", DType::kI32, M, k);
+  check_tokens(topk_weights, "topk_weights", DType::kF32, M, k);
+  check_tokens(out, "out", DType::kBF16, M, H);
+  State& s = *state_;
+  use_device(s.device);
+  s.num_tokens = M;
+  s.lanes_in_step = 2;
+  Lane &first = s.lanes[0], &second = s.lanes[1];
+  const int64_t split = (M + 1) / 2;  // micro-batch 1 may be empty: it still runs its step
+  const int cap = options_.overlap_free_multiprocessors > 0
+                      ? std::max(1, s.multiprocessors - options_.overlap_free_multiprocessors)
+                      : 0;
+  const auto ids = static_cast<const int32_t*>(topk_ids.data);
+  const auto weights = static_cast<const float*>(topk_weights.data);
+  // Host order and event edges are the same on every rank, so each lane's data path sees its
+  // steps in one order everywhere; transfers run dispatch 0, dispatch 1, combine 0, combine 1,
+  // each after the one before (over NCCL, whose calls the path waits for on the host, in host
+  // order on the shared communicator), and the experts one lane after the other.
+  s.dispatch(first, config_, hidden.data, ids, weights, split);
+  s.dispatched0.record(first.stream);
+  s.experts(first, config_, options_, cap);
+  s.experts0.record(first.stream);
+
+  s.dispatched0.wait_on(second.stream);  // also after everything queued before this step
+  s.dispatch(second, config_, rows_from(hidden.data, split, H * 2), ids + split * k,
+             weights + split * k, M - split);
+  s.dispatched1.record(second.stream);
+  s.experts0.wait_on(second.stream);
+  s.experts(second, config_, options_, cap);
+
+  s.dispatched1.wait_on(first.stream);
+  first.path->combine(out.data, first.stream);
+  s.combined0.record(first.stream);
+  s.combined0.wait_on(second.stream);
+  second.path->combine(rows_from(out.data, split, H * 2), second.stream);
+  s.done1.record(second.stream);
+  s.done1.wait_on(first.stream);  // the step ends on stream()
 }
 
 void CudaEpLayer::finish_step() {
   State& s = *state_;
-  const cuda::ep::Status status = s.path->read_status(s.stream);
-  const int N = s.host.size();
-  if (status.bits != 0) {
-    const std::string message =
-        cuda::ep::format_status(status, s.host.rank(), N, options_.low_latency_capacity);
-    // Overflow fails this step on every rank alike and leaves the buffers consistent: the next
-    // step may run. A timeout leaves a peer in an unknown step: nothing after it is valid.
-    const bool timed_out =
-        (status.bits & (cuda::ep::kStatusDispatchTimeout | cuda::ep::kStatusCombineTimeout)) != 0;
-    if (!timed_out) s.path->clear_status(s.stream);
-    fail("{}", message);
+  const int N = s.host.size(), me = s.host.rank();
+  for (int l = 0; l < s.lanes_in_step; ++l) {
+    const Lane& lane = s.lanes[static_cast<size_t>(l)];
+    const cuda::ep::Status status = lane.path->read_status(lane.stream);
+    if (status.bits != 0) {
+      const std::string message =
+          cuda::ep::format_status(status, me, N, options_.low_latency_capacity);
+      // Overflow fails this step on every rank alike and leaves the buffers consistent: the next
+      // step may run. A timeout leaves a peer in an unknown step: nothing after it is valid.
+      const bool timed_out =
+          (status.bits & (cuda::ep::kStatusDispatchTimeout | cuda::ep::kStatusCombineTimeout)) != 0;
+      if (!timed_out) {
+        // The other micro-batch's overflow (if any) is cleared too: the step failed as a whole.
+        for (int o = 0; o < s.lanes_in_step; ++o) {
+          const Lane& other = s.lanes[static_cast<size_t>(o)];
+          const cuda::ep::Status other_status = other.path->read_status(other.stream);
+          if ((other_status.bits &
+               (cuda::ep::kStatusDispatchTimeout | cuda::ep::kStatusCombineTimeout)) == 0) {
+            other.path->clear_status(other.stream);
+          }
+        }
+      }
+      fail("{}{}", s.lanes_in_step == 2 ? fmt::format("micro-batch {}: ", l) : std::string(),
+           message);
+    }
   }
   s.stats = CudaEpStats{};
   s.stats.num_tokens = s.num_tokens;
-  s.stats.rows_sent = s.path->rows_sent(s.stream);
-  s.stats.rows_received = s.path->rows_received(s.stream);
-  const int64_t H = config_.experts.hidden_size, k = config_.routing.top_k;
-  for (int p = 0; p < N; ++p) {
-    if (p == s.host.rank()) continue;
-    // Rows, ids and weights out; partial rows back for the rows received.
-    s.stats.bytes_to_peers += s.stats.rows_sent[static_cast<size_t>(p)] * (H * 2 + k * 8) +
-                              s.stats.rows_received[static_cast<size_t>(p)] * H * 2;
+  s.stats.rows_sent.assign(static_cast<size_t>(N), 0);
+  s.stats.rows_received.assign(static_cast<size_t>(N), 0);
+  for (int l = 0; l < s.lanes_in_step; ++l) {
+    const Lane& lane = s.lanes[static_cast<size_t>(l)];
+    const std::vector<int64_t> sent = lane.path->rows_sent(lane.stream);
+    const std::vector<int64_t> received = lane.path->rows_received(lane.stream);
+    for (size_t p = 0; p < static_cast<size_t>(N); ++p) {
+      s.stats.rows_sent[p] += sent[p];
+      s.stats.rows_received[p] += received[p];
+    }
   }
+  const int64_t H = config_.experts.hidden_size, k = config_.routing.top_k;
+  const parallel::RowBytes row_bytes{H * 2 + k * 8, H * 2};  // out: row, ids, weights; back: row
+  s.stats.bytes_sent = parallel::bytes_to_each(s.stats.rows_sent, s.stats.rows_received, row_bytes);
+  s.stats.bytes_received =
+      parallel::bytes_to_each(s.stats.rows_received, s.stats.rows_sent, row_bytes);
+  s.stats.sent = parallel::split_by_domain(s.stats.bytes_sent, s.host);
+  s.stats.received = parallel::split_by_domain(s.stats.bytes_received, s.host);
+  s.stats.bytes_to_peers = s.stats.sent.same_host + s.stats.sent.cross_host;
 }
 
 void CudaEpLayer::forward_routed(const TensorView& hidden, const TensorView& topk_ids,
                                  const TensorView& topk_weights, const TensorView& out) {
   State& s = *state_;
   use_device(s.device);
-  s.events.mark(1, s.stream);
+  const cudaStream_t stream = s.lanes[0].stream;
+  s.events.mark(1, stream);
   dispatch(hidden, topk_ids, topk_weights);
-  s.events.mark(2, s.stream);
+  s.events.mark(2, stream);
   experts();
-  s.events.mark(3, s.stream);
+  s.events.mark(3, stream);
   combine(out);
-  s.events.mark(4, s.stream);
+  s.events.mark(4, stream);
   finish_step();
   s.stats.dispatch_us = s.events.us(1, 2);
   s.stats.experts_us = s.events.us(2, 3);
@@ -398,19 +541,32 @@ void CudaEpLayer::forward_routed(const TensorView& hidden, const TensorView& top
   s.stats.total_us = s.events.us(1, 4);
 }
 
-void CudaEpLayer::forward(const TensorView& hidden, const TensorView& out) {
+void CudaEpLayer::forward_routed_two_batch(const TensorView& hidden, const TensorView& topk_ids,
+                                           const TensorView& topk_weights, const TensorView& out) {
+  State& s = *state_;
+  use_device(s.device);
+  s.events.mark(1, s.lanes[0].stream);
+  two_batch_step(hidden, topk_ids, topk_weights, out);
+  s.events.mark(4, s.lanes[0].stream);
+  finish_step();
+  s.stats.total_us = s.events.us(1, 4);
+}
+
+// The router and top-k of `hidden` on stream(), into the layer's ids and weights.
+std::pair<TensorView, TensorView> CudaEpLayer::route(const TensorView& hidden) {
   State& s = *state_;
   const RoutingConfig& r = config_.routing;
   const int64_t M = hidden.dim() == 2 ? hidden.size(0) : -1;
   const int64_t H = config_.experts.hidden_size, E = r.num_experts, k = r.top_k;
   check_tokens(hidden, "hidden", DType::kBF16, M, H);
   use_device(s.device);
+  const cudaStream_t stream = s.lanes[0].stream;
   s.logits.reserve(static_cast<size_t>(std::max<int64_t>(M * E, 1)) * sizeof(float));
   s.ids.reserve(static_cast<size_t>(std::max<int64_t>(M * k, 1)) * sizeof(int32_t));
   s.weights.reserve(static_cast<size_t>(std::max<int64_t>(M * k, 1)) * sizeof(float));
-  s.events.mark(0, s.stream);
+  s.events.mark(0, stream);
   cuda::router_gemm(s.cublas, hidden.data, s.router.data(), DType::kBF16, M, H, E,
-                    static_cast<float*>(s.logits.data()), s.stream);
+                    static_cast<float*>(s.logits.data()), stream);
   cuda::SelectArgs select;
   select.logits = static_cast<const float*>(s.logits.data());
   select.router_bias =
@@ -420,10 +576,23 @@ void CudaEpLayer::forward(const TensorView& hidden, const TensorView& out) {
   select.num_tokens = M;
   select.topk_ids = static_cast<int32_t*>(s.ids.data());
   select.topk_weights = static_cast<float*>(s.weights.data());
-  cuda::select_experts(r, select, s.stream);
-  const TensorView ids(s.ids.data(), DType::kI32, {M, k}, Device::kCuda);
-  const TensorView weights(s.weights.data(), DType::kF32, {M, k}, Device::kCuda);
+  cuda::select_experts(r, select, stream);
+  return {TensorView(s.ids.data(), DType::kI32, {M, k}, Device::kCuda),
+          TensorView(s.weights.data(), DType::kF32, {M, k}, Device::kCuda)};
+}
+
+void CudaEpLayer::forward(const TensorView& hidden, const TensorView& out) {
+  const auto [ids, weights] = route(hidden);
   forward_routed(hidden, ids, weights, out);
+  State& s = *state_;
+  s.stats.route_us = s.events.us(0, 1);
+  s.stats.total_us = s.events.us(0, 4);
+}
+
+void CudaEpLayer::forward_two_batch(const TensorView& hidden, const TensorView& out) {
+  const auto [ids, weights] = route(hidden);
+  forward_routed_two_batch(hidden, ids, weights, out);
+  State& s = *state_;
   s.stats.route_us = s.events.us(0, 1);
   s.stats.total_us = s.events.us(0, 4);
 }

@@ -4,8 +4,9 @@
 // every token to one rank, replicas of experts on both ranks (also with every token on the
 // replicated experts), the GPU's replica choice against the CPU path's, overflow of the
 // low-latency capacity (an error on every rank, then a normal step), a low-latency step captured
-// in a CUDA graph and replayed, and a peer that never enters a step (the others fail within the
-// timeout instead of hanging).
+// in a CUDA graph and replayed (one batch, and two micro-batches), two-batch steps with overlap
+// against the single-GPU layer, the byte counters by peer and host, and a peer that never enters
+// a step (the others fail within the timeout instead of hanging).
 //
 // Equal within bf16 rounding, not bitwise: each partial row (a token's pairs served by one rank)
 // is rounded to bf16 before the source adds them, where the single-GPU layer adds the k pair rows;
@@ -146,8 +147,10 @@ class CudaEp : public ::testing::TestWithParam<PathChoice> {
   LayerWeights full = synthetic_layer_weights(config, DType::kBF16, 7);
   ExpertMap map = ExpertMap::contiguous(config.routing.num_experts, N);
 
-  CudaEpLayer make_layer(int64_t capacity = 64) {
+  CudaEpLayer make_layer(int64_t capacity = 64, bool two_batch = false) {
     CudaEpOptions options;
+    options.two_batch_overlap = two_batch;
+    options.overlap_free_multiprocessors = two_batch ? 8 : 0;
     options.dispatcher = GetParam().dispatcher;
     options.high_throughput_over_nccl = GetParam().over_nccl;
     options.low_latency_capacity = capacity;
@@ -183,6 +186,100 @@ TEST_P(CudaEp, RoutedLayerMatchesTheSingleGpuLayer) {
     const DeviceTensor out = DeviceTensor::empty_like(DType::kBF16, hidden.shape());
     layer.forward(d_hidden, out);
     expect_close(out.to_host(), single.forward(hidden), config.routing.top_k, N);
+  }
+}
+
+// Two micro-batches on two streams, one's transfers overlapping the other's experts (whose
+// persistent grids leave SMs free), against the single-GPU layer, interleaved with one-batch
+// steps of the same layer: each micro-batch is a step of its own on its own buffers. Sizes
+// include an empty second micro-batch (M = 1) and an empty step.
+TEST_P(CudaEp, TwoBatchStepMatchesTheSingleGpuLayer) {
+  MoeLayer single(config, full, {Backend::kCuda});
+  CudaEpLayer layer = make_layer(64, /*two_batch=*/true);
+  const int64_t H = config.experts.hidden_size, k = config.routing.top_k;
+  for (int64_t M : {int64_t{37} + 27 * me, int64_t{1}, int64_t{0}, int64_t{64}}) {
+    SCOPED_TRACE(fmt::format("rank {} M {}", me, M));
+    const Tensor hidden = testing::random_normal(DType::kBF16, {M, H}, M * 10 + me);
+    Tensor ids(DType::kI32, {M, k});
+    testing::fill_uniform_int(ids, 40 + M + me, -1,
+                              static_cast<int32_t>(config.routing.num_experts - 1));
+    const Tensor weights = testing::random_normal(DType::kF32, {M, k}, 60 + M + me, 0.3f);
+    const DeviceTensor d_hidden(hidden), d_ids(ids), d_weights(weights);
+    const DeviceTensor w13(full.w13), w2(full.w2);
+    const DeviceTensor want = DeviceTensor::empty_like(DType::kBF16, hidden.shape());
+    if (M > 0) fused_experts(d_hidden, w13, w2, d_weights, d_ids, want);
+    const DeviceTensor one = DeviceTensor::empty_like(DType::kBF16, hidden.shape());
+    const DeviceTensor two = DeviceTensor::empty_like(DType::kBF16, hidden.shape());
+    layer.forward_routed(d_hidden, d_ids, d_weights, one);
+    const std::vector<int64_t> one_batch_rows = layer.last_stats().rows_sent;
+    layer.forward_routed_two_batch(d_hidden, d_ids, d_weights, two);
+    expect_close(one.to_host(), want.to_host(), k, N);
+    expect_close(two.to_host(), want.to_host(), k, N);
+    // A token's row goes once to each serving rank, whichever micro-batch holds it.
+    EXPECT_EQ(layer.last_stats().rows_sent, expected_rows(ids, map, host));
+    EXPECT_EQ(layer.last_stats().rows_sent, one_batch_rows);
+
+    if (M == 0) continue;  // the same M on every rank: all skip the routed step alike
+    const DeviceTensor routed = DeviceTensor::empty_like(DType::kBF16, hidden.shape());
+    layer.forward_two_batch(d_hidden, routed);
+    expect_close(routed.to_host(), single.forward(hidden), k, N);
+  }
+}
+
+// Bytes per peer from the row counts (a token row with its ids and weights out, a partial row
+// back), what each rank receives being what its peers send it, split by the ranks' hosts.
+TEST_P(CudaEp, BytesPerPeerSplitBySameAndCrossHost) {
+  CudaEpLayer layer = make_layer(64, /*two_batch=*/true);
+  const int64_t M = 29 + 13 * me, H = config.experts.hidden_size, k = config.routing.top_k;
+  const int64_t out_bytes = H * 2 + k * 8, back_bytes = H * 2;
+  const Tensor hidden = testing::random_normal(DType::kBF16, {M, H}, 70 + me);
+  const DeviceTensor d_hidden(hidden);
+  const DeviceTensor out = DeviceTensor::empty_like(DType::kBF16, hidden.shape());
+  for (bool two_batch : {false, true}) {
+    SCOPED_TRACE(fmt::format("rank {} two_batch {}", me, two_batch));
+    two_batch ? layer.forward_two_batch(d_hidden, out) : layer.forward(d_hidden, out);
+    const CudaEpStats& stats = layer.last_stats();
+    ASSERT_EQ(stats.bytes_sent.size(), static_cast<size_t>(N));
+    ASSERT_EQ(stats.bytes_received.size(), static_cast<size_t>(N));
+    TrafficSplit sent, received;
+    int64_t rows = 0;
+    for (int p = 0; p < N; ++p) {
+      const auto i = static_cast<size_t>(p);
+      rows += stats.rows_sent[i];
+      EXPECT_EQ(stats.bytes_sent[i],
+                stats.rows_sent[i] * out_bytes + stats.rows_received[i] * back_bytes);
+      EXPECT_EQ(stats.bytes_received[i],
+                stats.rows_received[i] * out_bytes + stats.rows_sent[i] * back_bytes);
+      int64_t& to = p == me ? sent.self : host.same_host(p, me) ? sent.same_host : sent.cross_host;
+      int64_t& from = p == me                 ? received.self
+                      : host.same_host(p, me) ? received.same_host
+                                              : received.cross_host;
+      to += stats.bytes_sent[i];
+      from += stats.bytes_received[i];
+    }
+    // Every token with a routed pair goes somewhere (the router picks k experts).
+    EXPECT_GE(rows, M);
+    EXPECT_EQ(stats.sent.self, sent.self);
+    EXPECT_EQ(stats.sent.same_host, sent.same_host);
+    EXPECT_EQ(stats.sent.cross_host, sent.cross_host);
+    EXPECT_EQ(stats.received.self, received.self);
+    EXPECT_EQ(stats.received.same_host, received.same_host);
+    EXPECT_EQ(stats.received.cross_host, received.cross_host);
+    EXPECT_EQ(stats.bytes_to_peers, sent.same_host + sent.cross_host);
+    // This test's ranks share one host: nothing crosses hosts.
+    if (host.same_host(0, N - 1)) {
+      EXPECT_EQ(stats.sent.cross_host, 0);
+      EXPECT_EQ(stats.received.cross_host, 0);
+    }
+    // What rank p received from this rank is what this rank sent p.
+    std::vector<int64_t> all_received(static_cast<size_t>(N * N));
+    host.all_gather(stats.bytes_received.data(), N * static_cast<int64_t>(sizeof(int64_t)),
+                    all_received.data());
+    for (int p = 0; p < N; ++p) {
+      EXPECT_EQ(all_received[static_cast<size_t>(p * N + me)],
+                stats.bytes_sent[static_cast<size_t>(p)])
+          << "bytes rank " << p << " received from rank " << me;
+    }
   }
 }
 
@@ -376,10 +473,15 @@ TEST(CudaEpLowLatency, CapturedStepReplaysInACudaGraph) {
   MoeConfig config = small_config();
   const LayerWeights full = synthetic_layer_weights(config, DType::kBF16, 7);
   // With replicas the step also holds the replica choice.
-  for (const ExpertMap& map : {ExpertMap::contiguous(config.routing.num_experts, N),
-                               replicated_map(config.routing.num_experts, N)}) {
-    SCOPED_TRACE(fmt::format("rank {}: {} slots", me, map.num_slots()));
-    CudaEpLayer layer(config, local_layer_weights(full, map, me), map, host, nullptr, {});
+  for (const auto& [map, two_batch] :
+       {std::pair{ExpertMap::contiguous(config.routing.num_experts, N), false},
+        std::pair{replicated_map(config.routing.num_experts, N), false},
+        std::pair{replicated_map(config.routing.num_experts, N), true}}) {
+    SCOPED_TRACE(fmt::format("rank {}: {} slots, two_batch {}", me, map.num_slots(), two_batch));
+    CudaEpOptions options;
+    options.two_batch_overlap = two_batch;
+    options.overlap_free_multiprocessors = 8;
+    CudaEpLayer layer(config, local_layer_weights(full, map, me), map, host, nullptr, options);
     const int64_t M = 32, k = config.routing.top_k, H = config.experts.hidden_size;
     Tensor ids(DType::kI32, {M, k});
     testing::fill_uniform_int(ids, 5 + me, 0, static_cast<int32_t>(config.routing.num_experts - 1));
@@ -387,15 +489,21 @@ TEST(CudaEpLowLatency, CapturedStepReplaysInACudaGraph) {
     const DeviceTensor d_ids(ids), d_weights(weights), w13(full.w13), w2(full.w2);
     DeviceTensor d_hidden(testing::random_normal(DType::kBF16, {M, H}, me));
     const DeviceTensor out = DeviceTensor::empty_like(DType::kBF16, {M, H});
-    layer.forward_routed(d_hidden, d_ids, d_weights, out);  // sizes every buffer
+    // Sizes every buffer.
+    two_batch ? layer.forward_routed_two_batch(d_hidden, d_ids, d_weights, out)
+              : layer.forward_routed(d_hidden, d_ids, d_weights, out);
 
     auto stream = static_cast<cudaStream_t>(layer.stream());
     cudaGraph_t graph = nullptr;
     cudaGraphExec_t exec = nullptr;
     ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-    layer.dispatch(d_hidden, d_ids, d_weights);
-    layer.experts();
-    layer.combine(out);
+    if (two_batch) {
+      layer.two_batch_step(d_hidden, d_ids, d_weights, out);  // forks a second stream and joins
+    } else {
+      layer.dispatch(d_hidden, d_ids, d_weights);
+      layer.experts();
+      layer.combine(out);
+    }
     ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
     ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
     for (int replay = 0; replay < 3; ++replay) {
