@@ -4,8 +4,9 @@
 // waiting for their flags when they came peer to peer. See ep_kernels.h; the ordering argument
 // of the publish (one system fence per block after its barrier) is the one in ep_dispatch.cu.
 //
-// Both kernels give each row to one warp, whose lanes keep several 16-byte loads in flight
-// before they store or add, with about kBlocksPerSm small blocks per SM.
+// Both kernels give each warp one segment of a row (32 lanes x their loads in flight of 16 bytes:
+// 4 KiB to send, 2 KiB to add), so a long row (DeepSeek-V3's 14 KiB) spreads over several warps
+// and a decode step's few rows still keep many warps busy; about kBlocksPerSm small blocks per SM.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -22,8 +23,14 @@ constexpr int kWarp = 32;
 constexpr int kThreads = 128;
 constexpr int kWarps = kThreads / kWarp;
 constexpr int kBlocksPerSm = 4;
-constexpr int kSendUnroll = 8;  // 16-byte loads in flight per lane (one row of 2048 per round)
-constexpr int kSumUnroll = 4;   // vectors per lane and round, times N loads each
+constexpr int kSendUnroll = 8;  // 16-byte loads in flight per lane: a segment of 2048 bf16
+constexpr int kSumUnroll = 4;   // vectors per lane, times N loads each: a segment of 1024 bf16
+constexpr int64_t kSendSegment = int64_t{kWarp} * kSendUnroll;  // 16-byte vectors per warp item
+constexpr int64_t kSumSegment = int64_t{kWarp} * kSumUnroll;
+
+__host__ __device__ int64_t segments_of(int64_t hidden_size, int64_t segment) {
+  return (hidden_size / 8 + segment - 1) / segment;
+}
 
 __device__ void note_error(Status* status, uint32_t bit, uint32_t step) {
   atomicOr(&status->bits, bit);
@@ -44,27 +51,28 @@ __device__ void publish_counts(const CombineSendArgs& a) {
 
 __global__ void __launch_bounds__(kThreads) combine_send_kernel(CombineSendArgs a) {
   const int64_t vectors = a.hidden_size / 8;
-  const int64_t rows = a.num_ranks * a.capacity;
+  const int64_t segments = segments_of(a.hidden_size, kSendSegment);
+  const int64_t items = a.num_ranks * a.capacity * segments;
   const int lane = static_cast<int>(threadIdx.x) % kWarp;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarps;
-  for (int64_t r = blockIdx.x * int64_t{kWarps} + threadIdx.x / kWarp; r < rows; r += warps) {
+  for (int64_t w = blockIdx.x * int64_t{kWarps} + threadIdx.x / kWarp; w < items; w += warps) {
+    const int64_t r = w / segments;
     const int s = static_cast<int>(r / a.capacity);
     const int64_t i = r % a.capacity;
     if (i >= a.received_counts[s]) continue;
     const auto* source = static_cast<const uint4*>(a.partial) + r * vectors;
     uint4* destination = static_cast<uint4*>(a.dest_rows[s]) + i * vectors;
-    for (int64_t base = lane; base < vectors; base += kWarp * kSendUnroll) {
-      uint4 values[kSendUnroll];
+    const int64_t base = w % segments * kSendSegment + lane;
+    uint4 values[kSendUnroll];
 #pragma unroll
-      for (int u = 0; u < kSendUnroll; ++u) {
-        const int64_t v = base + u * kWarp;
-        if (v < vectors) values[u] = __ldg(source + v);
-      }
+    for (int u = 0; u < kSendUnroll; ++u) {
+      const int64_t v = base + u * kWarp;
+      if (v < vectors) values[u] = __ldg(source + v);
+    }
 #pragma unroll
-      for (int u = 0; u < kSendUnroll; ++u) {
-        const int64_t v = base + u * kWarp;
-        if (v < vectors) destination[v] = values[u];
-      }
+    for (int u = 0; u < kSendUnroll; ++u) {
+      const int64_t v = base + u * kWarp;
+      if (v < vectors) destination[v] = values[u];
     }
   }
   // One system fence per block, after the barrier (the NOTE in ep_dispatch.cu).
@@ -103,55 +111,56 @@ __global__ void __launch_bounds__(kThreads) combine_sum_kernel(CombineSumArgs a)
   __syncthreads();
   const int N = a.num_ranks;
   const int64_t vectors = a.hidden_size / 8;
+  const int64_t segments = segments_of(a.hidden_size, kSumSegment);
+  const int64_t items = a.num_tokens * segments;
   const int lane = static_cast<int>(threadIdx.x) % kWarp;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarps;
   auto* out = static_cast<uint4*>(a.out);
-  for (int64_t t = blockIdx.x * int64_t{kWarps} + threadIdx.x / kWarp; t < a.num_tokens;
-       t += warps) {
-    for (int64_t base = lane; base < vectors; base += kWarp * kSumUnroll) {
-      float sum[kSumUnroll][8] = {};
-      // Ranks in ascending order (the deterministic sum); each rank's kSumUnroll loads are in
-      // flight together.
-      for (int d = 0; d < N; ++d) {
-        const int32_t slot = a.slot_of[t * N + d];
-        if (slot < 0) continue;
-        const auto* row = static_cast<const uint4*>(a.rows[d]) + int64_t{slot} * vectors;
-        uint4 loaded[kSumUnroll];
-#pragma unroll
-        for (int u = 0; u < kSumUnroll; ++u) {
-          const int64_t v = base + u * kWarp;
-          if (v < vectors) loaded[u] = load_coherent(row + v);
-        }
-#pragma unroll
-        for (int u = 0; u < kSumUnroll; ++u) {
-          if (base + u * kWarp >= vectors) continue;
-          float values[8];
-          bf16x8_to_float(loaded[u], values);
-#pragma unroll
-          for (int e = 0; e < 8; ++e) sum[u][e] += values[e];
-        }
-      }
+  for (int64_t w = blockIdx.x * int64_t{kWarps} + threadIdx.x / kWarp; w < items; w += warps) {
+    const int64_t t = w / segments;
+    const int64_t base = w % segments * kSumSegment + lane;
+    float sum[kSumUnroll][8] = {};
+    // Ranks in ascending order (the deterministic sum); each rank's kSumUnroll loads are in
+    // flight together.
+    for (int d = 0; d < N; ++d) {
+      const int32_t slot = a.slot_of[t * N + d];
+      if (slot < 0) continue;
+      const auto* row = static_cast<const uint4*>(a.rows[d]) + int64_t{slot} * vectors;
+      uint4 loaded[kSumUnroll];
 #pragma unroll
       for (int u = 0; u < kSumUnroll; ++u) {
         const int64_t v = base + u * kWarp;
-        if (v >= vectors) continue;
-        alignas(16) __nv_bfloat16 packed[8];
-#pragma unroll
-        for (int e = 0; e < 8; ++e) packed[e] = __float2bfloat16(sum[u][e]);
-        out[t * vectors + v] = *reinterpret_cast<const uint4*>(packed);
+        if (v < vectors) loaded[u] = load_coherent(row + v);
       }
+#pragma unroll
+      for (int u = 0; u < kSumUnroll; ++u) {
+        if (base + u * kWarp >= vectors) continue;
+        float values[8];
+        bf16x8_to_float(loaded[u], values);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) sum[u][e] += values[e];
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kSumUnroll; ++u) {
+      const int64_t v = base + u * kWarp;
+      if (v >= vectors) continue;
+      alignas(16) __nv_bfloat16 packed[8];
+#pragma unroll
+      for (int e = 0; e < 8; ++e) packed[e] = __float2bfloat16(sum[u][e]);
+      out[t * vectors + v] = *reinterpret_cast<const uint4*>(packed);
     }
   }
 }
 
-// Blocks of kWarps rows each, about kBlocksPerSm per SM (blocks loop past that); at least one.
-int64_t grid_for(int64_t rows) {
+// Blocks of kWarps items each, about kBlocksPerSm per SM (blocks loop past that); at least one.
+int64_t grid_for(int64_t items) {
   int device = 0, sms = 0;
   check(cudaGetDevice(&device), "cudaGetDevice");
   check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
         "cudaDeviceGetAttribute (SMs)");
   const int64_t target = int64_t{kBlocksPerSm} * std::max(sms, 1);
-  return std::clamp<int64_t>((rows + kWarps - 1) / kWarps, 1, target);
+  return std::clamp<int64_t>((items + kWarps - 1) / kWarps, 1, target);
 }
 
 __global__ void hold_kernel(uint64_t nanoseconds) {
@@ -168,7 +177,8 @@ void hold_stream(int64_t microseconds, cudaStream_t stream) {
 }
 
 void combine_send(const CombineSendArgs& args, cudaStream_t stream) {
-  const int64_t blocks = grid_for(args.num_ranks * args.capacity);
+  const int64_t blocks =
+      grid_for(args.num_ranks * args.capacity * segments_of(args.hidden_size, kSendSegment));
   combine_send_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(args);
   check_launch("ep::combine_send");
 }
@@ -176,7 +186,7 @@ void combine_send(const CombineSendArgs& args, cudaStream_t stream) {
 void combine_sum(const CombineSumArgs& args, cudaStream_t stream) {
   // With no tokens, one block still waits for the flags: buffers are reused next step only once
   // every peer has answered this one.
-  const int64_t blocks = grid_for(args.num_tokens);
+  const int64_t blocks = grid_for(args.num_tokens * segments_of(args.hidden_size, kSumSegment));
   combine_sum_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(args);
   check_launch("ep::combine_sum");
 }
