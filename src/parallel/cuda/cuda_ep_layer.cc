@@ -94,6 +94,17 @@ void check_tokens(const TensorView& t, const char* name, DType dtype, int64_t ro
   }
 }
 
+// hidden [M, H] bf16 with its routing, ids [M, k] int32 and weights [M, k] f32, on the GPU; M.
+int64_t check_routed_tokens(const MoeConfig& config, const TensorView& hidden,
+                            const TensorView& topk_ids, const TensorView& topk_weights) {
+  const int64_t M = hidden.dim() == 2 ? hidden.size(0) : -1;
+  const int64_t H = config.experts.hidden_size, k = config.routing.top_k;
+  check_tokens(hidden, "hidden", DType::kBF16, M, H);
+  check_tokens(topk_ids, "topk_ids", DType::kI32, M, k);
+  check_tokens(topk_weights, "topk_weights", DType::kF32, M, k);
+  return M;
+}
+
 // Makes `device` current without a call when it already is (cheap, and nothing but queries while
 // a stream is being captured).
 void use_device(int device) {
@@ -404,11 +415,7 @@ void CudaEpLayer::State::experts(Lane& lane, const MoeConfig& config, const Cuda
 
 void CudaEpLayer::dispatch(const TensorView& hidden, const TensorView& topk_ids,
                            const TensorView& topk_weights) {
-  const int64_t M = hidden.dim() == 2 ? hidden.size(0) : -1;
-  const int64_t H = config_.experts.hidden_size, k = config_.routing.top_k;
-  check_tokens(hidden, "hidden", DType::kBF16, M, H);
-  check_tokens(topk_ids, "topk_ids", DType::kI32, M, k);
-  check_tokens(topk_weights, "topk_weights", DType::kF32, M, k);
+  const int64_t M = check_routed_tokens(config_, hidden, topk_ids, topk_weights);
   State& s = *state_;
   use_device(s.device);
   s.num_tokens = M;
@@ -429,11 +436,8 @@ void CudaEpLayer::two_batch_step(const TensorView& hidden, const TensorView& top
   if (!options_.two_batch_overlap) {
     fail("CudaEpLayer: a two-batch step needs CudaEpOptions::two_batch_overlap at construction");
   }
-  const int64_t M = hidden.dim() == 2 ? hidden.size(0) : -1;
+  const int64_t M = check_routed_tokens(config_, hidden, topk_ids, topk_weights);
   const int64_t H = config_.experts.hidden_size, k = config_.routing.top_k;
-  check_tokens(hidden, "hidden", DType::kBF16, M, H);
-  check_tokens(topk_ids, "topk_ids", DType::kI32, M, k);
-  check_tokens(topk_weights, "topk_weights", DType::kF32, M, k);
   check_tokens(out, "out", DType::kBF16, M, H);
   State& s = *state_;
   use_device(s.device);
