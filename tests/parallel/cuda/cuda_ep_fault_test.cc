@@ -27,21 +27,13 @@
 #include "moe/error.h"
 #include "moe/mpi_communicator.h"
 #include "parallel/cuda/gpu_per_rank.h"
+#include "parallel/cuda/small_ep_config.h"
 
 namespace moe {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 using testing::DeviceTensor;
-
-MoeConfig small_config() {
-  MoeConfig config = preset_config("qwen3-30b-a3b");
-  config.experts.hidden_size = 256;
-  config.experts.intermediate_size = 128;
-  config.routing.num_experts = 16;
-  config.routing.top_k = 4;
-  return config;
-}
 
 int run(MpiSession& session, int victim, int timeout_ms) {
   const int me = session.world_rank();
@@ -54,7 +46,7 @@ int run(MpiSession& session, int victim, int timeout_ms) {
     fail("VICTIM: expected a rank in [0, {}); got {}", world->size(), victim);
   }
 
-  const MoeConfig config = small_config();
+  const MoeConfig config = testing::small_ep_config();
   const LayerWeights full = synthetic_layer_weights(config, DType::kBF16, 7);
   const ExpertMap map = ExpertMap::contiguous(config.routing.num_experts, world->size());
   CudaEpOptions options;

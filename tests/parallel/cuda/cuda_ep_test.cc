@@ -30,21 +30,13 @@
 #include "moe/layer.h"
 #include "parallel/cuda/cuda_ep_world.h"
 #include "parallel/cuda/replica_choice.h"
+#include "parallel/cuda/small_ep_config.h"
 #include "parallel/dispatch_plan.h"
 
 namespace moe {
 namespace {
 
 using testing::DeviceTensor;
-
-MoeConfig small_config() {
-  MoeConfig config = preset_config("qwen3-30b-a3b");
-  config.experts.hidden_size = 256;
-  config.experts.intermediate_size = 128;
-  config.routing.num_experts = 16;
-  config.routing.top_k = 4;
-  return config;
-}
 
 // Every token row within (k + N + 1) bf16 roundings of its largest output.
 void expect_close(const Tensor& got, const Tensor& want, int64_t k, int num_ranks) {
@@ -143,7 +135,7 @@ class CudaEp : public ::testing::TestWithParam<PathChoice> {
  protected:
   Communicator& host = testing::host_world();
   int me = host.rank(), N = host.size();
-  MoeConfig config = small_config();
+  MoeConfig config = testing::small_ep_config();
   LayerWeights full = synthetic_layer_weights(config, DType::kBF16, 7);
   ExpertMap map = ExpertMap::contiguous(config.routing.num_experts, N);
 
@@ -434,7 +426,7 @@ TEST(CudaEpReplicaChoice, MatchesTheCpuRule) {
 TEST(CudaEpLowLatency, OverflowFailsEveryRankWithTheCountsThenTheNextStepRuns) {
   Communicator& host = testing::host_world();
   const int me = host.rank(), N = host.size();
-  MoeConfig config = small_config();
+  MoeConfig config = testing::small_ep_config();
   const LayerWeights full = synthetic_layer_weights(config, DType::kBF16, 7);
   const ExpertMap map = ExpertMap::contiguous(config.routing.num_experts, N);
   CudaEpOptions options;
@@ -470,7 +462,7 @@ TEST(CudaEpLowLatency, OverflowFailsEveryRankWithTheCountsThenTheNextStepRuns) {
 TEST(CudaEpLowLatency, CapturedStepReplaysInACudaGraph) {
   Communicator& host = testing::host_world();
   const int me = host.rank(), N = host.size();
-  MoeConfig config = small_config();
+  MoeConfig config = testing::small_ep_config();
   const LayerWeights full = synthetic_layer_weights(config, DType::kBF16, 7);
   // With replicas the step also holds the replica choice.
   for (const auto& [map, two_batch] :
@@ -526,7 +518,7 @@ TEST(CudaEpLowLatency, CapturedStepReplaysInACudaGraph) {
 TEST(CudaEpLowLatency, PeerThatSkipsAStepFailsTheOthersWithinTheTimeout) {
   Communicator& host = testing::host_world();
   const int me = host.rank(), N = host.size();
-  MoeConfig config = small_config();
+  MoeConfig config = testing::small_ep_config();
   const LayerWeights full = synthetic_layer_weights(config, DType::kBF16, 7);
   const ExpertMap map = ExpertMap::contiguous(config.routing.num_experts, N);
   CudaEpOptions options;
