@@ -36,7 +36,7 @@ std::string why_malformed(const cuda::ExpertsPlan& plan) {
     case cuda::GemmKernel::kTma:
     case cuda::GemmKernel::kTmaEager:
     case cuda::GemmKernel::kTmaPair:
-    case cuda::GemmKernel::kTmaQuad:
+    case cuda::GemmKernel::kTmaDynamic:
       if (cuda::tma_supports_block_m(plan.block_m)) return {};
       return fmt::format("the {} kernel takes block_m 64 or 128; got {}", kernel_name(plan.kernel),
                          plan.block_m);
@@ -48,7 +48,7 @@ bool parse_kernel(std::string_view name, cuda::GemmKernel& kernel) {
   for (const cuda::GemmKernel candidate :
        {cuda::GemmKernel::kStream, cuda::GemmKernel::kMma, cuda::GemmKernel::kWgmma,
         cuda::GemmKernel::kTma, cuda::GemmKernel::kTmaEager, cuda::GemmKernel::kTmaPair,
-        cuda::GemmKernel::kTmaQuad}) {
+        cuda::GemmKernel::kTmaDynamic}) {
     if (name == kernel_name(candidate)) {
       kernel = candidate;
       return true;
@@ -81,7 +81,7 @@ cuda::ExpertsPlan parse_entry(const nlohmann::json& entry, const std::string& ke
   cuda::ExpertsPlan plan;
   const std::string kernel = fields.string("kernel");
   if (!parse_kernel(kernel, plan.kernel)) {
-    fields.fail_field("kernel", "stream, mma, wgmma, tma, tma_eager, tma_pair or tma_quad",
+    fields.fail_field("kernel", "stream, mma, wgmma, tma, tma_eager, tma_pair or tma_dynamic",
                       fmt::format("\"{}\"", kernel));
   }
   plan.block_m = fields.positive("block_m");
@@ -107,8 +107,8 @@ std::string_view kernel_name(cuda::GemmKernel kernel) {
       return "tma_eager";
     case cuda::GemmKernel::kTmaPair:
       return "tma_pair";
-    case cuda::GemmKernel::kTmaQuad:
-      return "tma_quad";
+    case cuda::GemmKernel::kTmaDynamic:
+      return "tma_dynamic";
   }
   return "unknown";
 }
@@ -128,7 +128,7 @@ cuda::ExpertsPlan parse_plan_name(std::string_view name) {
       !parse_count(name.substr(slash + 1), plan.block_m)) {
     fail(
         "plan \"{}\": expected <kernel>/<block_m> with kernel tiny, stream, mma, wgmma, tma, "
-        "tma_eager, tma_pair or tma_quad",
+        "tma_eager, tma_pair or tma_dynamic",
         name);
   }
   if (plan.tiny_batch) plan.kernel = cuda::GemmKernel::kStream;

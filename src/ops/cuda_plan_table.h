@@ -17,7 +17,7 @@
 
 namespace moe::cuda_plans {
 
-// "stream", "mma", "wgmma", "tma", "tma_eager", "tma_pair", "tma_quad": the
+// "stream", "mma", "wgmma", "tma", "tma_eager", "tma_pair", "tma_dynamic": the
 // kernel field of a table entry.
 std::string_view kernel_name(cuda::GemmKernel kernel);
 

@@ -34,7 +34,7 @@ std::vector<ExpertsPlan> all_plans() {
   for (int64_t block_m : {64, 128}) plans.push_back({GemmKernel::kTma, block_m, false});
   for (int64_t block_m : {64, 128}) plans.push_back({GemmKernel::kTmaEager, block_m, false});
   for (int64_t block_m : {64, 128}) plans.push_back({GemmKernel::kTmaPair, block_m, false});
-  for (int64_t block_m : {64, 128}) plans.push_back({GemmKernel::kTmaQuad, block_m, false});
+  for (int64_t block_m : {64, 128}) plans.push_back({GemmKernel::kTmaDynamic, block_m, false});
   return plans;
 }
 
@@ -55,7 +55,7 @@ TEST(CudaPlanTable, PlanNamesAreTheBenchNamesAndRoundTrip) {
   EXPECT_EQ(cuda_plans::plan_name({GemmKernel::kTma, 64, false}), "tma/64");
   EXPECT_EQ(cuda_plans::plan_name({GemmKernel::kTmaEager, 128, false}), "tma_eager/128");
   EXPECT_EQ(cuda_plans::plan_name({GemmKernel::kTmaPair, 64, false}), "tma_pair/64");
-  EXPECT_EQ(cuda_plans::plan_name({GemmKernel::kTmaQuad, 128, false}), "tma_quad/128");
+  EXPECT_EQ(cuda_plans::plan_name({GemmKernel::kTmaDynamic, 64, false}), "tma_dynamic/64");
   std::set<std::string> seen;
   for (const ExpertsPlan& plan : all_plans()) {
     const std::string name = cuda_plans::plan_name(plan);

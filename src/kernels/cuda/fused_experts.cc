@@ -92,7 +92,7 @@ std::string why_plan_cannot_run(const ExpertsPlan& plan, const ExpertsProblem& p
   }
   if (plan.kernel == GemmKernel::kWgmma || plan.kernel == GemmKernel::kTma ||
       plan.kernel == GemmKernel::kTmaEager || plan.kernel == GemmKernel::kTmaPair ||
-      plan.kernel == GemmKernel::kTmaQuad) {
+      plan.kernel == GemmKernel::kTmaDynamic) {
     const bool wgmma = plan.kernel == GemmKernel::kWgmma;
     const char* name = wgmma ? "wgmma" : "tma";
     if (!wgmma_available()) return fmt::format("the {} kernel needs a Hopper GPU (sm_90)", name);
@@ -124,6 +124,7 @@ void ExpertsRunner::reserve(const ExpertsProblem& problem, const ExpertsPlan& pl
   sorted_pair_ids_.reserve(std::max<int64_t>(padded, 1) * sizeof(int32_t));
   expert_ids_.reserve(std::max<int64_t>(padded / plan.block_m, 1) * sizeof(int32_t));
   num_pairs_post_padded_.reserve(sizeof(int32_t));
+  tile_counter_.reserve(sizeof(int32_t));
   if (!plan.tiny_batch) align_scratch_.reserve(align_scratch_bytes(pairs, problem.num_experts));
   cache2_.reserve(std::max<int64_t>(pairs * problem.intermediate_size, 1) * 2);
   cache3_.reserve(std::max<int64_t>(pairs * problem.hidden_size, 1) * 2);
@@ -131,7 +132,8 @@ void ExpertsRunner::reserve(const ExpertsProblem& problem, const ExpertsPlan& pl
 
 size_t ExpertsRunner::workspace_bytes() const {
   return sorted_pair_ids_.capacity() + expert_ids_.capacity() + num_pairs_post_padded_.capacity() +
-         align_scratch_.capacity() + cache2_.capacity() + cache3_.capacity();
+         align_scratch_.capacity() + cache2_.capacity() + cache3_.capacity() +
+         tile_counter_.capacity();
 }
 
 void ExpertsRunner::run(const ExpertsProblem& problem, const ExpertsPlan& plan, cudaStream_t stream,
@@ -175,6 +177,7 @@ void ExpertsRunner::run(const ExpertsProblem& problem, const ExpertsPlan& plan, 
     gemm.block_m = plan.block_m;
     gemm.max_blocks = max_blocks;
     gemm.max_multiprocessors = plan.max_multiprocessors;
+    gemm.tile_counter = static_cast<int32_t*>(tile_counter_.data());
     gemm.num_local_experts = local_experts;
     if (plan.tiny_batch) {
       gemm.tiny_topk_ids = topk_ids;

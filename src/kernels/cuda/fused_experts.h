@@ -51,7 +51,7 @@ class ExpertsRunner {
 
  private:
   DeviceBuffer sorted_pair_ids_, expert_ids_, num_pairs_post_padded_, align_scratch_, cache2_,
-      cache3_;
+      cache3_, tile_counter_;
 };
 
 }  // namespace moe::cuda

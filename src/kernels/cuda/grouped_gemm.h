@@ -41,6 +41,8 @@ struct GroupedGemmArgs {
   // kernels of another stream (two-batch overlap); 0 = all. The other kernels launch one block
   // per tile, which hands multiprocessors over as tiles finish.
   int max_multiprocessors = 0;
+  // kTmaDynamic: one device int the launch zeroes; thread blocks count the tiles they take on it.
+  int32_t* tile_counter = nullptr;
 };
 
 // Which kernel runs a grouped GEMM.
@@ -52,10 +54,12 @@ enum class GemmKernel : uint8_t {
   // kTma whose consumers retire each stage's MMAs before the next stage's, freeing it a stage
   // earlier: one more stage loading at a time, no MMA overlap across stages
   kTmaEager,
-  // kTma in clusters of two (four) thread blocks on consecutive blocks that keep step, so the
-  // blocks of one expert read each weight tile from DRAM once between them
+  // kTma in clusters of two thread blocks on consecutive blocks that keep step, so the blocks of
+  // one expert read each weight tile from DRAM once between them
   kTmaPair,
-  kTmaQuad,
+  // kTma whose thread blocks take tiles in order from a counter as they finish the last, so those
+  // that share a weight tile start it together however far apart their earlier tiles took them
+  kTmaDynamic,
 };
 
 // Rows per block each kernel accepts: the stream kernel any block_m up to kMaxStreamRows, the
@@ -67,7 +71,7 @@ bool mma_supports_block_m(int64_t block_m);  // 16, 32, 64 or 128
 // block_m is 64 (one warpgroup) or 128 (two).
 bool wgmma_available();
 bool wgmma_supports_block_m(int64_t block_m);  // 64 or 128
-// The tma kernels' (kTma, kTmaEager, kTmaPair, kTmaQuad): 64 or 128, as wgmma's.
+// The tma kernels' (kTma, kTmaEager, kTmaPair, kTmaDynamic): 64 or 128, as wgmma's.
 bool tma_supports_block_m(int64_t block_m);
 
 // The tensor-core kernels need 16-byte aligned rows: K % 8 == 0 and aligned base pointers.

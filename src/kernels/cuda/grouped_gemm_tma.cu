@@ -11,31 +11,36 @@
 //   consumers  two warpgroups run wgmma on the stage, keep one MMA group in flight while the next
 //              stage lands, and free a stage (its `empty` mbarrier) once the group that read it
 //              retired. After the last stage of a tile they apply the fused epilogue (gemm1:
-//              SiLU(gate) * up; gemm2: times the router weight) and store bf16 rows in pair order,
-//              while the producer already fills the next tile's stages.
+//              SiLU(gate) * up; gemm2: times the router weight) and store bf16 rows in pair order
+//              in whole 16-byte chunks (accumulator_chunks.cuh), while the producer already fills
+//              the next tile's stages.
 // Plan kernel "tma_eager" is the same but for the consumers' stage release: they retire each
 // stage's MMAs (wgmma.wait_group 0) before waiting for the next stage and free it at once, so
 // the consumers hold one stage instead of two and one more stage is loading at any time, at the
 // cost of the MMA overlap across stages. On the H200 both tma plans took about 1.1 us per stage at
 // long K whatever the stage's work (64 or 128 rows: 512 or 1024 tensor-core clocks).
-// Plan kernels "tma_pair" and "tma_quad" run the tma kernel in clusters of two or four thread
-// blocks that take consecutive aligned blocks and the same column tile, and hold each other to
-// the same stage. Nsight Compute showed why a stage takes that long at large M: L2 throughput at
-// 83-95% and, at DeepSeek-V3's 16384 tokens, DRAM at 80% carrying about four times the distinct
-// weight bytes: the thread blocks that read one weight tile for the blocks of an expert drift
-// apart by more than L2 holds, so each reads it from DRAM again. In a cluster a stage is refilled
-// only once the consumers of every thread block of it freed it (each consumer warp arrives on
-// every `empty` barrier of the cluster), so the blocks of one expert ask for each weight box
-// within a stage of each other and all but the first find it in L2. (Multicasting the boxes
-// instead, each thread block loading a share for all, measured slower on the H200 than this.)
-// A thread block whose block has no rows (past the end, or another rank's expert) walks its
-// partners' stages without loading or computing anything.
-// Tiles: block_m 128: each consumer warpgroup takes 64 of the rows and all 256 weight rows
-// (m64n256k16); block_m 64: both take the 64 rows and 128 of the weight rows (m64n128k16). gemm1's
-// weight rows are, per consumer warpgroup, gate rows then the matching up rows, so each thread
-// holds gate and up of the same output element.
+// Plan kernel "tma_pair" runs the tma kernel in clusters of two thread blocks that take
+// consecutive aligned blocks and the same column tile, and hold each other to the same stage.
+// Nsight Compute showed why a stage takes that long at large M: L2 throughput at 83-95% and, at
+// DeepSeek-V3's 16384 tokens, DRAM at 80% carrying about four times the distinct weight bytes: the
+// thread blocks that read one weight tile for the blocks of an expert drift apart by more than L2
+// holds, so each reads it from DRAM again. In a cluster a stage is refilled only once the consumers
+// of every thread block of it freed it (each consumer warp arrives on every `empty` barrier of the
+// cluster), so the blocks of one expert ask for each weight box within a stage of each other and
+// all but the first find it in L2. (Multicasting the boxes instead, each thread block loading a
+// share for all, measured slower on the H200 than this, and so were clusters of four.) A thread
+// block whose block has no rows (past the end, or another rank's expert) walks its partner's stages
+// without loading or computing anything. Plan kernel "tma_dynamic" keeps the tiles' order in time
+// instead: rather than each thread block taking every grid's-worth tile from its first, the
+// producers take the next tile from a counter (one atomicAdd per tile, zeroed by the launch) when
+// they start one, and pass it to their consumers with the stage. Thread blocks that drifted apart
+// then still start the tiles that share a weight tile together. It won at DeepSeek-V3's mid sizes
+// (1-3%), lost at Qwen3-30B-A3B's. Tiles: block_m 128: each consumer warpgroup takes 64 of the rows
+// and all 256 weight rows (m64n256k16); block_m 64: both take the 64 rows and 128 of the weight
+// rows (m64n128k16). gemm1's weight rows are, per consumer warpgroup, gate rows then the matching
+// up rows, so each thread holds gate and up of the same output element.
 //
-// Tested by tests/cuda/fused_experts_test.cc (plans tma, tma_eager, tma_pair and tma_quad at 64
+// Tested by tests/cuda/fused_experts_test.cc (plans tma, tma_eager, tma_pair and tma_dynamic at 64
 // and 128) against the reference.
 #include <cuda.h>
 #include <cudaTypedefs.h>
@@ -43,6 +48,7 @@
 
 #include <algorithm>
 
+#include "kernels/cuda/accumulator_chunks.cuh"
 #include "kernels/cuda/bf16_math.cuh"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/grouped_gemm_launch.h"
@@ -197,51 +203,83 @@ struct TileWork {
   int64_t first_column;
 };
 
-// Calls body(TileWork) for this thread block's tiles in order. Both sides (and every thread block
-// of a cluster) run it and so see the same sequence: tiles of blocks past num_pairs_post_padded
-// end the walk, tiles without rows of a local expert are skipped. A cluster of kCluster thread
-// blocks walks tiles of block groups [kCluster q, kCluster (q + 1)); its thread block r takes
-// block kCluster q + r, and the group is skipped only when no block of it has rows.
-template <int kBlockM, int kCluster, typename Body>
-__device__ __forceinline__ void for_each_tile(const GroupedGemmArgs& a, int64_t columns_per_tile,
-                                              Body&& body) {
-  const int64_t num_padded = *a.num_pairs_post_padded;
-  const int64_t column_tiles = (a.out_columns + columns_per_tile - 1) / columns_per_tile;
+enum class TileKind { kWork, kSkip, kEnd };
+
+// The tiles of the walk, block-major: tile q is column tile q % column_tiles of block group
+// q / column_tiles. A cluster of kCluster thread blocks takes block groups [kCluster g,
+// kCluster (g + 1)); its thread block r works on block kCluster g + r.
+template <int kBlockM, int kCluster>
+struct TileWalk {
+  const GroupedGemmArgs& a;
+  int64_t num_padded, column_tiles, columns_per_tile;
+
+  __device__ TileWalk(const GroupedGemmArgs& args, int64_t columns_per_tile_)
+      : a(args),
+        num_padded(*args.num_pairs_post_padded),
+        column_tiles((args.out_columns + columns_per_tile_ - 1) / columns_per_tile_),
+        columns_per_tile(columns_per_tile_) {}
+
   // A local expert's id, or -1: the block is past the end or serves another rank's expert.
-  auto local_expert = [&](int64_t block) -> int32_t {
+  __device__ int32_t local_expert(int64_t block) const {
     if (block >= a.max_blocks || block * kBlockM >= num_padded) return -1;
     const int32_t expert = a.expert_ids[block];
     return expert >= 0 && expert < a.num_local_experts ? expert : -1;
-  };
-  const int64_t block_groups = (a.max_blocks + kCluster - 1) / kCluster;
-  const int64_t num_tiles = block_groups * column_tiles;
-  for (int64_t tile = blockIdx.x / kCluster; tile < num_tiles; tile += gridDim.x / kCluster) {
+  }
+
+  // kEnd: `tile` and every later one lie past num_pairs_post_padded. kSkip: no block of its group
+  // has rows of a local expert. Otherwise `work` describes this thread block's part.
+  __device__ TileKind decode(int64_t tile, TileWork& work) const {
     const int64_t first_block = tile / column_tiles * kCluster;
-    if (first_block * kBlockM >= num_padded) return;
-    const int64_t first_column = (tile % column_tiles) * columns_per_tile;
+    if (first_block >= a.max_blocks || first_block * kBlockM >= num_padded) return TileKind::kEnd;
     const int64_t block = first_block + (kCluster > 1 ? cluster_rank() : 0);
     const int32_t expert = local_expert(block);
     bool any_rows = expert >= 0;
 #pragma unroll
     for (int r = 0; r < kCluster && !any_rows; ++r) any_rows = local_expert(first_block + r) >= 0;
-    if (!any_rows) continue;
-    body(TileWork{block, expert, expert >= 0, first_column});
+    if (!any_rows) return TileKind::kSkip;
+    work = TileWork{block, expert, expert >= 0, (tile % column_tiles) * columns_per_tile};
+    return TileKind::kWork;
   }
+};
+
+// Calls body(TileWork) for this thread block's tiles of the static walk: tiles blockIdx.x /
+// kCluster, then a grid's worth of tiles further each time. Both sides (and every thread block of
+// a cluster) run it and so see the same sequence.
+template <int kBlockM, int kCluster, typename Body>
+__device__ __forceinline__ void for_each_tile(const TileWalk<kBlockM, kCluster>& walk,
+                                              Body&& body) {
+  for (int64_t tile = blockIdx.x / kCluster;; tile += gridDim.x / kCluster) {
+    TileWork work;
+    const TileKind kind = walk.decode(tile, work);
+    if (kind == TileKind::kEnd) return;
+    if (kind == TileKind::kWork) body(work);
+  }
+}
+
+// Synchronizes the producer warps only (named barrier 1; 0 is __syncthreads').
+__device__ __forceinline__ void producer_sync() {
+  asm volatile("bar.sync 1, %0;\n" ::"n"(kProducerThreads) : "memory");
 }
 #endif
 
-// kEager: plan kernel "tma_eager"; kCluster 2 or 4: "tma_pair" or "tma_quad" (above).
-template <int kBlockM, bool kGated, bool kEager, int kCluster>
+// kEager: plan kernel "tma_eager"; kCluster 2: "tma_pair"; kDynamic: "tma_dynamic" (above).
+template <int kBlockM, bool kGated, bool kEager, int kCluster, bool kDynamic>
 __global__ void __launch_bounds__(TmaTile<kBlockM>::kThreads, 1)
     tma_kernel(const __grid_constant__ CUtensorMap weight_map, GroupedGemmArgs a) {
 #ifdef MOE_HAS_WGMMA
   using Tile = TmaTile<kBlockM>;
   static_assert(!kEager || kCluster == 1, "clusters release stages as tma does");
+  static_assert(!kDynamic || kCluster == 1,
+                "the thread blocks of a cluster would each take a tile");
   constexpr int kStages = Tile::kStages;
   constexpr int64_t kColumnsPerTile = kGated ? kTileN / 2 : kTileN;
   extern __shared__ unsigned char shared_raw[];
   __shared__ __align__(8) uint64_t full[kStages];   // stage landed: A copies and B bytes
   __shared__ __align__(8) uint64_t empty[kStages];  // stage read by every consumer warp (of all)
+  // kDynamic: the tile whose first stage a stage holds, -1 once the walk ended; and the tile the
+  // producer's thread 0 took last, for the other producer threads.
+  __shared__ int32_t stage_tile[kStages];
+  __shared__ int32_t taken_tile;
   // TMA's swizzle and the wgmma descriptors both assume 1024-byte aligned tiles.
   const uint32_t base = (shared_address(shared_raw) + 1023) & ~1023u;
   const uint32_t full_base = shared_address(full), empty_base = shared_address(empty);
@@ -270,6 +308,7 @@ __global__ void __launch_bounds__(TmaTile<kBlockM>::kThreads, 1)
   const int64_t K = a.k_dim, columns = a.out_columns;
   const int k_tiles = static_cast<int>((K + kTileK - 1) / kTileK);
   Ring<kStages> ring;
+  const TileWalk<kBlockM, kCluster> walk(a, kColumnsPerTile);
 
   if (threadIdx.x < kProducerThreads) {
     // ---- Producer: weight boxes by TMA (thread 0), input rows by cp.async (all 128). ----
@@ -282,7 +321,7 @@ __global__ void __launch_bounds__(TmaTile<kBlockM>::kThreads, 1)
     const auto* input = static_cast<const __nv_bfloat16*>(a.input);
     // Eight threads per row, one 16-byte chunk each: a warp copies four whole 128-byte rows.
     const int chunk = t % 8;
-    for_each_tile<kBlockM, kCluster>(a, kColumnsPerTile, [&](const TileWork& work) {
+    auto produce = [&](const TileWork& work, int64_t tile) {
       if (!work.rows) {
         // Keep step: complete each stage with the arrivals it expects and no bytes.
         for (int kt = 0; kt < k_tiles; ++kt, ring.advance()) {
@@ -307,6 +346,7 @@ __global__ void __launch_bounds__(TmaTile<kBlockM>::kThreads, 1)
         const uint32_t b_stage = a_stage + Tile::kABytes;
         const int k0 = kt * kTileK;
         if (t == 0) {
+          if (kDynamic && kt == 0) stage_tile[ring.stage] = static_cast<int32_t>(tile);
           barrier_arrive_expect_bytes(full_barrier(ring.stage), Tile::kBBytes);
 #pragma unroll
           for (int j = 0; j < kTileN; j += kBoxRows) {
@@ -333,7 +373,29 @@ __global__ void __launch_bounds__(TmaTile<kBlockM>::kThreads, 1)
         }
         barrier_arrive_after_copies(full_barrier(ring.stage));
       }
-    });
+    };
+    if constexpr (kDynamic) {
+      // Tiles in the order thread blocks ask for them: the thread blocks that share a weight tile
+      // (the blocks of one expert) start it close together, however far apart their earlier
+      // tiles took them.
+      for (;;) {
+        producer_sync();  // every producer thread has read the tile taken before
+        if (t == 0) taken_tile = atomicAdd(a.tile_counter, 1);
+        producer_sync();
+        const int64_t tile = taken_tile;
+        TileWork work;
+        const TileKind kind = walk.decode(tile, work);
+        if (kind == TileKind::kEnd) break;
+        if (kind == TileKind::kWork) produce(work, tile);
+      }
+      // The end, for the consumers: a stage with no data and tile -1.
+      barrier_wait(empty_barrier(ring.stage), ring.phase ^ 1);
+      if (t == 0) stage_tile[ring.stage] = -1;
+      barrier_arrive(full_barrier(ring.stage));
+      if (t == 0) barrier_arrive(full_barrier(ring.stage));
+    } else {
+      for_each_tile(walk, [&](const TileWork& work) { produce(work, 0); });
+    }
     if constexpr (kCluster > 1) cluster_sync();
     return;
   }
@@ -349,9 +411,9 @@ __global__ void __launch_bounds__(TmaTile<kBlockM>::kThreads, 1)
   // 8 * (i / 4) + 2 * (lane % 4) + i % 2, within this warpgroup's 64 x kWarpGroupN tile.
   const int first_row = (kSplitRows ? warp_group * Tile::kWarpGroupRows : 0) + warp * 16 + lane / 4;
   constexpr int kWarpGroupColumns = kGated ? Tile::kWarpGroupN / 2 : Tile::kWarpGroupN;
-  const int64_t column_offset = (kSplitRows ? 0 : warp_group * kWarpGroupColumns) + (lane % 4) * 2;
+  // After the quad's trade a lane stores chunk lane % 4 of each four (accumulator_chunks.cuh).
+  const int64_t chunk_offset = (kSplitRows ? 0 : warp_group * kWarpGroupColumns) + (lane % 4) * 8;
   auto* out = static_cast<__nv_bfloat16*>(a.out);
-  const bool paired_stores = columns % 2 == 0;
   float acc[Tile::kWarpGroupN / 2];
 
   // Frees a stage: one arrival per consumer warp, on the `empty` barrier of every thread block of
@@ -366,7 +428,7 @@ __global__ void __launch_bounds__(TmaTile<kBlockM>::kThreads, 1)
     }
   };
 
-  for_each_tile<kBlockM, kCluster>(a, kColumnsPerTile, [&](const TileWork& work) {
+  auto consume = [&](const TileWork& work) {
     if (!work.rows) {
       // No rows here: take each (empty) stage and free it, so every thread block of the cluster
       // uses every stage equally often.
@@ -424,28 +486,54 @@ __global__ void __launch_bounds__(TmaTile<kBlockM>::kThreads, 1)
       free_stage(previous_stage);
     }
 
+    // Four chunks of 8 columns at a time: the quad trades them so each lane stores one whole
+    // (accumulator_chunks.cuh). A warp whose eight rows are all padding (the end of a block) skips
+    // them; in one that has some, the padding rows trade too (every lane must) but store nothing.
     constexpr int kOutChunks = kWarpGroupColumns / 8;
+    const int64_t chunk_column = work.first_column + chunk_offset;
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      if (pair[half] < 0) continue;
-      __nv_bfloat16* out_row = out + static_cast<int64_t>(pair[half]) * columns;
+      if (__all_sync(0xffffffffu, pair[half] < 0)) continue;
+      __nv_bfloat16* out_row =
+          out + static_cast<int64_t>(pair[half] < 0 ? 0 : pair[half]) * columns;
 #pragma unroll
-      for (int n = 0; n < kOutChunks; ++n) {
-        const int64_t column = work.first_column + column_offset + n * 8;
-        float v[2];
+      for (int group = 0; group < kOutChunks / 4; ++group) {
+        uint32_t packed[4];
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const float x = acc[n * 4 + half * 2 + e];
-          if constexpr (kGated) {
-            v[e] = silu(x) * acc[(n + kOutChunks) * 4 + half * 2 + e];
-          } else {
-            v[e] = x * scale[half];
+        for (int j = 0; j < 4; ++j) {
+          const int n = group * 4 + j;
+          float v[2];
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const float x = acc[n * 4 + half * 2 + e];
+            if constexpr (kGated) {
+              v[e] = silu(x) * acc[(n + kOutChunks) * 4 + half * 2 + e];
+            } else {
+              v[e] = x * scale[half];
+            }
           }
+          packed[j] = pack_bf16_pair(v[0], v[1]);
         }
-        store_bf16_pair(out_row, column, columns, paired_stores, v[0], v[1]);
+        const uint4 chunk = transpose_quad(packed);
+        const int64_t column = chunk_column + group * 32;
+        if (pair[half] >= 0 && column < columns) {
+          *reinterpret_cast<uint4*>(out_row + column) = chunk;
+        }
       }
     }
-  });
+  };
+  if constexpr (kDynamic) {
+    for (;;) {
+      barrier_wait(full_barrier(ring.stage), ring.phase);
+      const int32_t tile = stage_tile[ring.stage];
+      if (tile < 0) break;
+      TileWork work;
+      walk.decode(tile, work);  // a tile the producer found work in
+      consume(work);
+    }
+  } else {
+    for_each_tile(walk, consume);
+  }
   if constexpr (kCluster > 1) cluster_sync();
 #endif
 }
@@ -493,10 +581,11 @@ CUtensorMap weight_tensor_map(const GroupedGemmArgs& a) {
 
 // One thread block per multiprocessor (at most args.max_multiprocessors of them); clusters: as many
 // as fit at once (not every multiprocessor can join one), times their size.
-template <int kBlockM, bool kGated, bool kEager, int kCluster>
+// kDynamic: the tiles are taken from args.tile_counter, zeroed here first.
+template <int kBlockM, bool kGated, bool kEager, int kCluster, bool kDynamic>
 void launch(const GroupedGemmArgs& args, cudaStream_t stream) {
   using Tile = TmaTile<kBlockM>;
-  constexpr auto kernel = tma_kernel<kBlockM, kGated, kEager, kCluster>;
+  constexpr auto kernel = tma_kernel<kBlockM, kGated, kEager, kCluster, kDynamic>;
   allow_shared_bytes<kernel>(Tile::kSharedBytes, "cudaFuncSetAttribute(tma_kernel)");
   int device = 0, multiprocessors = 0;
   check(cudaGetDevice(&device), "cudaGetDevice");
@@ -530,14 +619,19 @@ void launch(const GroupedGemmArgs& args, cudaStream_t stream) {
   }
   groups = std::max<int64_t>(1, std::min(tiles, groups));
   config.gridDim = dim3(static_cast<unsigned>(groups * kCluster));
+  if constexpr (kDynamic) {
+    if (args.tile_counter == nullptr) fail("grouped_gemm (tma_dynamic): no tile counter given");
+    check(cudaMemsetAsync(args.tile_counter, 0, sizeof(int32_t), stream),
+          "cudaMemsetAsync(tile counter)");
+  }
   check(cudaLaunchKernelEx(&config, kernel, weight_tensor_map(args), args),
         "cudaLaunchKernelEx(tma_kernel)");
 }
 
-template <int kBlockM, bool kEager, int kCluster>
+template <int kBlockM, bool kEager, int kCluster, bool kDynamic = false>
 void launch_gated_or_not(bool gated, const GroupedGemmArgs& args, cudaStream_t stream) {
-  gated ? launch<kBlockM, true, kEager, kCluster>(args, stream)
-        : launch<kBlockM, false, kEager, kCluster>(args, stream);
+  gated ? launch<kBlockM, true, kEager, kCluster, kDynamic>(args, stream)
+        : launch<kBlockM, false, kEager, kCluster, kDynamic>(args, stream);
 }
 
 template <int kBlockM>
@@ -548,8 +642,8 @@ void launch_variant(GemmKernel kernel, bool gated, const GroupedGemmArgs& args,
       return launch_gated_or_not<kBlockM, true, 1>(gated, args, stream);
     case GemmKernel::kTmaPair:
       return launch_gated_or_not<kBlockM, false, 2>(gated, args, stream);
-    case GemmKernel::kTmaQuad:
-      return launch_gated_or_not<kBlockM, false, 4>(gated, args, stream);
+    case GemmKernel::kTmaDynamic:
+      return launch_gated_or_not<kBlockM, false, 1, true>(gated, args, stream);
     default:
       return launch_gated_or_not<kBlockM, false, 1>(gated, args, stream);
   }
