@@ -83,7 +83,8 @@ std::vector<cuda::ExpertsPlan> plans_for(const ExpertsCase& c) {
     if (cuda::wgmma_available()) {
       for (const cuda::GemmKernel kernel :
            {cuda::GemmKernel::kWgmma, cuda::GemmKernel::kTma, cuda::GemmKernel::kTmaEager,
-            cuda::GemmKernel::kTmaPair, cuda::GemmKernel::kTmaDynamic}) {
+            cuda::GemmKernel::kTmaPair, cuda::GemmKernel::kTmaDynamic,
+            cuda::GemmKernel::kTmaPairMulticast}) {
         for (int64_t block_m : {64, 128}) plans.push_back({kernel, block_m, false});
       }
     }
