@@ -30,8 +30,9 @@ namespace {
 
 using cuda::check;
 
-// What the CPU --ep run takes and the GPU layer cannot: refused by name before any GPU work.
-void refuse_cpu_only_options(const EpRunOptions& o) {
+// Refuses, by name and before any GPU work, what the CPU --ep run takes and the GPU layer cannot,
+// and values out of range.
+void check_gpu_options(const EpRunOptions& o) {
   if (o.dtype != "bf16") {
     fail("--dtype: --ep --device cuda runs bf16 weights and hidden states; got {}", o.dtype);
   }
@@ -47,6 +48,7 @@ void refuse_cpu_only_options(const EpRunOptions& o) {
   }
   if (o.threads < 0) fail("--threads: expected >= 0 (0 = all cores); got {}", o.threads);
   if (o.repeats < 1) fail("--repeats: expected >= 1; got {}", o.repeats);
+  if (o.ep.timeout_ms <= 0) fail("--timeout-ms: expected > 0; got {}", o.ep.timeout_ms);
 }
 
 // Makes the GPU of this rank's index among its host's ranks current and returns it. A host needs
@@ -98,7 +100,7 @@ class CudaEpRunner {
   CudaEpRunner(const EpRunOptions& o, Communicator& host) : o_(o), host_(host) {}
 
   void run() {
-    refuse_cpu_only_options(o_);
+    check_gpu_options(o_);
     load();
     nlohmann::json batches = nlohmann::json::array();
     bool all_good = true;
