@@ -82,17 +82,27 @@ EpRankSummary summarize(const EpStepStats& s) {
   return r;
 }
 
+std::vector<std::vector<double>> all_gather_values(Communicator& comm,
+                                                   const std::vector<double>& mine) {
+  const size_t N = static_cast<size_t>(comm.size()), width = mine.size();
+  std::vector<double> all(N * width);
+  comm.all_gather(mine.data(), static_cast<int64_t>(width * sizeof(double)), all.data());
+  std::vector<std::vector<double>> ranks(N);
+  for (size_t r = 0; r < N; ++r)
+    ranks[r].assign(all.begin() + r * width, all.begin() + (r + 1) * width);
+  return ranks;
+}
+
 std::vector<EpRankSummary> gather_summaries(Communicator& comm, const EpRankSummary& mine) {
   const size_t N = static_cast<size_t>(comm.size()), width = kNumScalars + 2 * N;
   std::vector<double> packed;
   for (auto field : kScalars) packed.push_back(mine.*field);
   packed.insert(packed.end(), mine.dispatch_sent.begin(), mine.dispatch_sent.end());
   packed.insert(packed.end(), mine.combine_sent.begin(), mine.combine_sent.end());
-  std::vector<double> all(N * width);
-  comm.all_gather(packed.data(), static_cast<int64_t>(width * sizeof(double)), all.data());
+  const std::vector<std::vector<double>> all = all_gather_values(comm, packed);
   std::vector<EpRankSummary> ranks(N);
   for (size_t r = 0; r < N; ++r) {
-    const double* row = all.data() + r * width;
+    const double* row = all[r].data();
     for (size_t i = 0; i < kNumScalars; ++i) ranks[r].*kScalars[i] = row[i];
     ranks[r].dispatch_sent.assign(row + kNumScalars, row + kNumScalars + N);
     ranks[r].combine_sent.assign(row + kNumScalars + N, row + width);

@@ -30,6 +30,10 @@ struct EpRankSummary {
 
 EpRankSummary summarize(const EpStepStats& stats);
 
+// Every rank's `mine` (of one length on every rank), on every rank, in rank order (a collective).
+std::vector<std::vector<double>> all_gather_values(Communicator& comm,
+                                                   const std::vector<double>& mine);
+
 // Every rank's summary, on every rank (a collective).
 std::vector<EpRankSummary> gather_summaries(Communicator& comm, const EpRankSummary& mine);
 

@@ -3,51 +3,20 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstring>
 #include <optional>
 
 #include <fmt/format.h>
 
-#include "moe/checkpoint.h"
 #include "moe/error.h"
 #include "tools/moe/batch_report.h"
 #include "tools/moe/ep_report.h"
+#include "tools/moe/ep_sample.h"
+#include "tools/moe/ep_weights.h"
 
 namespace moe::cli {
 
 namespace {
-
-// Rows `tokens` of `t`, as a new tensor.
-Tensor pick_rows(const TensorView& t, const std::vector<int64_t>& tokens) {
-  const int64_t H = t.size(1);
-  const size_t row_bytes = static_cast<size_t>(H) * dtype_size(t.dtype);
-  Tensor picked(t.dtype, {static_cast<int64_t>(tokens.size()), H});
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    std::memcpy(picked.data<char>() + i * row_bytes,
-                static_cast<const char*>(t.data) + tokens[i] * row_bytes, row_bytes);
-  }
-  return picked;
-}
-
-// Every rank's `rows` [n, H] stacked on rank 0 (n is the same on every rank); empty elsewhere.
-Tensor gather_rows_on_rank0(Communicator& comm, const Tensor& rows) {
-  const int N = comm.size();
-  const int64_t bytes = static_cast<int64_t>(rows.nbytes());
-  std::vector<int64_t> send_counts(N, 0), zeros(N, 0), recv_counts(N, 0), recv_displs(N, 0);
-  send_counts[0] = bytes;
-  Tensor all;
-  if (comm.rank() == 0) {
-    all = Tensor(rows.dtype(), {N * rows.size(0), rows.size(1)});
-    for (int p = 0; p < N; ++p) {
-      recv_counts[p] = bytes;
-      recv_displs[p] = p * bytes;
-    }
-  }
-  comm.all_to_all_v(rows.data<void>(), {send_counts, zeros},
-                    all.defined() ? all.data<void>() : nullptr, {recv_counts, recv_displs});
-  return all;
-}
 
 class EpRunner {
  public:
@@ -99,11 +68,6 @@ class EpRunner {
 
  private:
   void load() {
-    std::optional<Checkpoint> checkpoint;
-    if (!o_.checkpoint.empty()) checkpoint.emplace(Checkpoint::open(o_.checkpoint));
-    config_ = checkpoint               ? checkpoint->config()
-              : o_.config_path.empty() ? preset_config(o_.preset)
-                                       : load_hf_config(o_.config_path);
     dtype_ = parse_dtype(o_.dtype);
     if (dtype_ != DType::kF32 && dtype_ != DType::kBF16 && dtype_ != DType::kF16) {
       fail("--dtype: expected f32, bf16 or f16; got {}", o_.dtype);
@@ -113,23 +77,18 @@ class EpRunner {
     isa_ = resolve_cpu_isa(o_.cpu_isa);
     threads_ = o_.threads > 0 ? o_.threads : omp_get_max_threads();
     omp_set_num_threads(threads_);
-    map_.emplace(ep_expert_map(o_.ep, config_.routing.num_experts, comm_.size()));
-    const int64_t layer = o_.layer >= 0 ? o_.layer : config_.first_moe_layer();
-    const std::vector<int32_t> experts = map_->local_experts(comm_.rank());
-    LayerWeights full;
-    if (checkpoint) {
-      weights_source_ = fmt::format("layer {} of {}", layer, o_.checkpoint);
-      full = load_moe_layer(*checkpoint, layer, dtype_);
-      local_ = local_layer_weights(full, *map_, comm_.rank());
-    } else {
-      weights_source_ = "synthetic weights";
-      local_ = synthetic_layer_weights(config_, dtype_, o_.seed, experts);
-    }
     // Rank 0 checks samples of every rank's tokens, so it also holds the whole layer.
-    if (comm_.rank() == 0 && o_.check_tokens > 0) {
-      if (!full.w13.defined()) full = synthetic_layer_weights(config_, dtype_, o_.seed);
-      single_.emplace(config_, full, LayerOptions{Backend::kCpu, threads_, o_.block_m, isa_});
-      reference_.emplace(config_, full, LayerOptions{Backend::kReference, threads_, 0});
+    const bool checks = comm_.rank() == 0 && o_.check_tokens > 0;
+    EpLayerWeights loaded = load_ep_layer_weights(o_, dtype_, comm_.size(), comm_.rank(), checks);
+    config_ = std::move(loaded.config);
+    weights_source_ = std::move(loaded.source);
+    map_.emplace(std::move(loaded.map));
+    local_ = std::move(loaded.local);
+    if (checks) {
+      single_.emplace(config_, loaded.whole,
+                      LayerOptions{Backend::kCpu, threads_, o_.block_m, isa_});
+      reference_.emplace(config_, std::move(loaded.whole),
+                         LayerOptions{Backend::kReference, threads_, 0});
     }
   }
 
@@ -157,8 +116,7 @@ class EpRunner {
     EpOptions options = ep_options(o_.ep, tokens, threads_, o_.block_m);
     options.cpu_isa = isa_;
     EpMoeLayer layer(config_, local_, *map_, comm_, options);
-    const Tensor hidden = synthetic_hidden(
-        tokens, H, dtype_, o_.seed + static_cast<uint64_t>(tokens) * 1000 + comm_.rank());
+    const Tensor hidden = ep_hidden(tokens, H, dtype_, o_.seed, comm_.rank());
     Tensor out(dtype_, {tokens, H});
     layer.forward(hidden, out);  // warm-up: sizes every buffer
     std::vector<EpStepStats> runs;
@@ -177,10 +135,8 @@ class EpRunner {
   EpCheck check(const Tensor& hidden, const Tensor& out) {
     EpCheck result;
     result.error_bound = run_error_bound(dtype_, isa_);
-    const int64_t M = hidden.size(0), sample = std::min(o_.check_tokens, M);
-    if (sample == 0) return result;
-    std::vector<int64_t> tokens(static_cast<size_t>(sample));
-    for (int64_t i = 0; i < sample; ++i) tokens[i] = sample == 1 ? 0 : i * (M - 1) / (sample - 1);
+    const std::vector<int64_t> tokens = sampled_tokens(hidden.size(0), o_.check_tokens);
+    if (tokens.empty()) return result;
     const Tensor inputs = gather_rows_on_rank0(comm_, pick_rows(hidden, tokens));
     const Tensor outputs = gather_rows_on_rank0(comm_, pick_rows(out, tokens));
     if (comm_.rank() != 0) return result;
@@ -192,21 +148,10 @@ class EpRunner {
           std::memcmp(single.data<char>() + i * b, outputs.data<char>() + i * b, b) != 0;
     }
     const Tensor expected = reference_->forward(Tensor::copy_of(inputs, DType::kF32));
-    const Tensor got = Tensor::copy_of(outputs, DType::kF32);
-    double max_error = 0, max_expected = 0;
-    for (int64_t i = 0; i < got.numel(); ++i) {
-      const double e = expected.data<float>()[i];
-      max_expected = std::max(max_expected, std::abs(e));
-      const double error = std::abs(static_cast<double>(got.data<float>()[i]) - e);
-      max_error = std::isnan(error) ? INFINITY : std::max(max_error, error);
-    }
-    result.max_rel_error = max_error / std::max(max_expected, 1e-30);
-    const TensorView a = single_->last_topk_ids(), b = reference_->last_topk_ids();
-    const int64_t k = config_.routing.top_k;
-    for (int64_t t = 0; t < result.checked_tokens; ++t) {
-      result.routing_mismatches += !std::equal(
-          a.as<int32_t>() + t * k, a.as<int32_t>() + (t + 1) * k, b.as<int32_t>() + t * k);
-    }
+    result.max_rel_error = max_rel_error(outputs, expected);
+    result.routing_mismatches =
+        routing_mismatches(single_->last_topk_ids(), reference_->last_topk_ids(),
+                           result.checked_tokens, config_.routing.top_k);
     return result;
   }
 

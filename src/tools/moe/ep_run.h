@@ -33,4 +33,10 @@ struct EpRunOptions {
 
 void run_ep(const EpRunOptions& options);
 
+// `moe run --ep --device cuda`: the same on CudaEpLayer, one GPU per rank (its index among its
+// host's ranks); rank 0 checks the sampled tokens against the single-GPU CUDA layer within bf16
+// rounding. Throws moe::Error naming an option the GPU path does not take, and in a build without
+// moe::cuda_ep (CUDA, MPI and NCCL).
+void run_ep_cuda(const EpRunOptions& options);
+
 }  // namespace moe::cli

@@ -36,6 +36,7 @@ struct RunOptions {
   bool layer_given = false;  // otherwise the checkpoint's first MoE layer
   std::string dtype = "bf16";
   std::string backend = "cpu";
+  std::string device = "cpu";  // cuda: the layer runs on the GPU (backend cuda)
   std::string cpu_isa = "auto";
   std::vector<int64_t> tokens = {1, 64, 1024};
   int threads = 0;
@@ -47,6 +48,15 @@ struct RunOptions {
   bool json = false;
   EpSettings ep;
 };
+
+// The backend the options name: --device cuda is --backend cuda, and takes no other backend.
+std::string chosen_backend(const RunOptions& o) {
+  if (o.device != "cuda") return o.backend;
+  if (o.backend != "cpu" && o.backend != "cuda") {
+    fail("--device cuda runs the cuda backend; got --backend {}", o.backend);
+  }
+  return "cuda";
+}
 
 std::string routing_summary(const RoutingConfig& r) {
   std::string text = fmt::format("{} top-{}", scoring_name(r.scoring), r.top_k);
@@ -126,6 +136,7 @@ void print_batch(const BatchReport& b) {
 }
 
 void run(const RunOptions& o) {
+  const std::string backend = chosen_backend(o);
   std::optional<Checkpoint> checkpoint;
   if (!o.checkpoint.empty()) checkpoint.emplace(Checkpoint::open(o.checkpoint));
   const MoeConfig config = checkpoint              ? checkpoint->config()
@@ -143,13 +154,13 @@ void run(const RunOptions& o) {
   omp_set_num_threads(threads);
   // A path this machine cannot run is refused before the weights are built.
   const CpuIsa isa = parse_cpu_isa(o.cpu_isa);
-  if (parse_backend(o.backend) != Backend::kReference) resolve_cpu_isa(isa);
+  if (parse_backend(backend) != Backend::kReference) resolve_cpu_isa(isa);
 
   const auto setup_start = std::chrono::steady_clock::now();
   LayerWeights weights = checkpoint ? load_moe_layer(*checkpoint, layer_index, dtype)
                                     : synthetic_layer_weights(config, dtype, o.seed);
   LayerOptions options;
-  options.backend = parse_backend(o.backend);
+  options.backend = parse_backend(backend);
   options.num_threads = threads;
   options.block_m = o.block_m;
   options.cpu_isa = isa;
@@ -197,7 +208,7 @@ void run(const RunOptions& o) {
                                    {"num_experts", config.routing.num_experts},
                                    {"top_k", config.routing.top_k},
                                    {"dtype", dtype_name(dtype)},
-                                   {"backend", o.backend},
+                                   {"backend", backend},
                                    {"cpu_isa", cpu_isa_name(layer.cpu_isa())},
                                    {"threads", threads},
                                    {"seed", o.seed},
@@ -214,9 +225,12 @@ void run(const RunOptions& o) {
   if (!all_within) fail("moe run: the error against the reference exceeds the {} bound", o.dtype);
 }
 
-// The --ep mode: the same options, run as one rank of an MPI job.
+// The --ep mode: the same options, run as one rank of an MPI job, on CPUs or one GPU per rank.
 void run_expert_parallel(const RunOptions& o, bool layer_given) {
-  if (o.backend != "cpu") fail("--ep: expected the cpu backend; got --backend {}", o.backend);
+  const std::string backend = chosen_backend(o);
+  if (backend != "cpu" && backend != "cuda") {
+    fail("--ep: expected the cpu or cuda backend; got --backend {}", backend);
+  }
   if (!o.trace_path.empty()) fail("--ep: --trace is not supported with --ep");
   EpRunOptions ep;
   ep.preset = o.preset;
@@ -233,7 +247,11 @@ void run_expert_parallel(const RunOptions& o, bool layer_given) {
   ep.cpu_isa = parse_cpu_isa(o.cpu_isa);
   ep.json = o.json;
   ep.ep = o.ep;
-  run_ep(ep);
+  if (backend == "cuda") {
+    run_ep_cuda(ep);
+  } else {
+    run_ep(ep);
+  }
 }
 
 }  // namespace
@@ -274,8 +292,13 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("--check-tokens", options->check_tokens,
                   "Tokens per batch checked against the float64 reference (0 = none)")
       ->capture_default_str();
-  cmd->add_option("--backend", options->backend, "Experts backend: cpu, reference or cuda")
+  cmd->add_option("--backend", options->backend,
+                  "Experts backend: cpu, reference or cuda (same as --device cuda)")
       ->capture_default_str();
+  cmd->add_option("--device", options->device,
+                  "cpu, or cuda: the GPU (bf16; with --ep one GPU per rank, docs/parallel-cuda.md)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_option("--block-m", options->block_m,
                   "Rows of one expert per pass over its weights (0 = the backend's choice)")
       ->capture_default_str();

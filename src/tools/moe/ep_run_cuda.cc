@@ -1,0 +1,273 @@
+// run_ep_cuda with GPU expert parallelism (built when MOE_WITH_CUDA_EP is on;
+// ep_run_cuda_unavailable.cc otherwise). Each rank takes the GPU of its index among its host's
+// ranks (as the GPU tests and moe_bench_cuda_ep do), holds its slots' weights as the CPU --ep run
+// loads them, and runs CudaEpLayer on its synthetic tokens; rank 0 rebuilds every rank's batch,
+// runs it through the single-GPU CUDA layer with the whole weights and compares the samples.
+#include <cuda_runtime_api.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+#include <optional>
+
+#include <fmt/format.h>
+
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/device_buffer.h"
+#include "moe/cuda_ep_layer.h"
+#include "moe/error.h"
+#include "moe/nccl_communicator.h"
+#include "tools/moe/batch_report.h"
+#include "tools/moe/ep_report_cuda.h"
+#include "tools/moe/ep_run.h"
+#include "tools/moe/ep_sample.h"
+#include "tools/moe/ep_weights.h"
+
+namespace moe::cli {
+
+namespace {
+
+using cuda::check;
+
+// Refuses, by name and before any GPU work, what the CPU --ep run takes and the GPU layer cannot,
+// and values out of range.
+void check_gpu_options(const EpRunOptions& o) {
+  if (o.dtype != "bf16") {
+    fail("--dtype: --ep --device cuda runs bf16 weights and hidden states; got {}", o.dtype);
+  }
+  if (o.cpu_isa != CpuIsa::kAuto) {
+    fail("--cpu-isa: --ep --device cuda runs no CPU kernels to choose a path for; got {}",
+         cpu_isa_name(o.cpu_isa));
+  }
+  if (o.ep.ranks_per_host != 0) {
+    fail(
+        "--ranks-per-host: --ep --device cuda takes the real hosts (peer-to-peer paths and the "
+        "GPU of each rank follow them); got {}",
+        o.ep.ranks_per_host);
+  }
+  if (o.threads < 0) fail("--threads: expected >= 0 (0 = all cores); got {}", o.threads);
+  if (o.repeats < 1) fail("--repeats: expected >= 1; got {}", o.repeats);
+  if (o.ep.timeout_ms <= 0) fail("--timeout-ms: expected > 0; got {}", o.ep.timeout_ms);
+}
+
+// Makes the GPU of this rank's index among its host's ranks current and returns it. A host needs
+// a GPU for each of its ranks.
+int take_gpu_of_this_rank(const Communicator& host) {
+  const int me = host.rank();
+  int local_index = 0, local_ranks = 0;
+  for (int r = 0; r < host.size(); ++r) {
+    if (!host.same_host(r, me)) continue;
+    local_index += r < me;
+    ++local_ranks;
+  }
+  const int devices = cuda_device_count();
+  if (local_ranks > devices) {
+    fail(
+        "--device cuda: each rank takes a GPU of its own; rank {}'s host runs {} rank{} of this "
+        "job and has {} CUDA device{} (start at most one rank per GPU, or run --device cpu)",
+        me, local_ranks, local_ranks > 1 ? "s" : "", devices, devices == 1 ? "" : "s");
+  }
+  check(cudaSetDevice(local_index), "cudaSetDevice");
+  return local_index;
+}
+
+CudaEpOptions cuda_ep_options(const EpSettings& settings, int64_t tokens_per_rank,
+                              int64_t block_m) {
+  // The same choices as the CPU run's, from the same settings.
+  const EpOptions cpu = ep_options(settings, tokens_per_rank, 1, block_m);
+  CudaEpOptions options;
+  options.dispatcher = cpu.dispatcher;
+  options.low_latency_capacity = cpu.low_latency_capacity;
+  options.two_batch_overlap = cpu.two_batch_overlap;
+  options.block_m = cpu.block_m;
+  options.timeout = std::chrono::milliseconds(settings.timeout_ms);
+  return options;
+}
+
+// A bf16 [rows, H] tensor in GPU memory.
+struct DeviceRows {
+  DeviceRows(int64_t rows, int64_t H) : shape{rows, H} {
+    buffer.reserve(std::max<size_t>(static_cast<size_t>(rows * H) * 2, 1));
+  }
+  TensorView view() const { return TensorView(buffer.data(), DType::kBF16, shape, Device::kCuda); }
+  cuda::DeviceBuffer buffer;
+  Shape shape;
+};
+
+class CudaEpRunner {
+ public:
+  CudaEpRunner(const EpRunOptions& o, Communicator& host) : o_(o), host_(host) {}
+
+  void run() {
+    check_gpu_options(o_);
+    load();
+    nlohmann::json batches = nlohmann::json::array();
+    bool all_good = true;
+    if (host_.rank() == 0 && !o_.json) print_header();
+    for (int64_t tokens : o_.tokens) {
+      if (tokens < 0) fail("--tokens: expected counts >= 0; got {}", tokens);
+      const auto [summaries, check] = measure(tokens);
+      all_good = all_good && check.passed();
+      if (host_.rank() != 0) continue;
+      if (o_.json) {
+        batches.push_back(cuda_ep_batch_json(tokens, summaries, check));
+      } else {
+        print_cuda_ep_batch(tokens, summaries, check);
+      }
+    }
+    if (host_.rank() != 0) return;
+    if (o_.json) {
+      const nlohmann::json result = {
+          {"model", config_.name},
+          {"weights", weights_source_},
+          {"device", "cuda"},
+          {"ranks", host_.size()},
+          {"hosts", host_.num_hosts()},
+          {"communicator", fmt::format("{} + {}", host_.name(), nccl_->name())},
+          {"dispatcher", o_.ep.dispatcher},
+          {"two_batch_overlap", o_.ep.overlap},
+          {"placement", o_.ep.placement.empty() ? "contiguous" : o_.ep.placement},
+          {"num_slots", map_->num_slots()},
+          {"hidden_size", config_.experts.hidden_size},
+          {"top_k", config_.routing.top_k},
+          {"dtype", "bf16"},
+          {"batches", batches}};
+      fmt::print("{}\n", result.dump(2));
+    }
+    if (!all_good) {
+      fail(
+          "moe run --ep --device cuda: the sampled tokens exceed the bf16 bound against the "
+          "single-GPU layer, or the error bound against the float64 reference");
+    }
+  }
+
+ private:
+  void load() {
+    const int threads = o_.threads > 0 ? o_.threads : omp_get_max_threads();
+    omp_set_num_threads(threads);
+    gpu_ = take_gpu_of_this_rank(host_);
+    // Rank 0 checks samples of every rank's tokens, so it also holds the whole layer.
+    const bool checks = host_.rank() == 0 && o_.check_tokens > 0;
+    EpLayerWeights loaded =
+        load_ep_layer_weights(o_, DType::kBF16, host_.size(), host_.rank(), checks);
+    config_ = std::move(loaded.config);
+    weights_source_ = std::move(loaded.source);
+    map_.emplace(std::move(loaded.map));
+    local_ = std::move(loaded.local);
+    nccl_ = make_nccl_communicator(host_, {.device = gpu_});
+    if (checks) {
+      single_.emplace(config_, loaded.whole, LayerOptions{Backend::kCuda, threads, 0});
+      reference_.emplace(config_, std::move(loaded.whole),
+                         LayerOptions{Backend::kReference, threads, 0});
+    }
+  }
+
+  void print_header() const {
+    cudaDeviceProp properties{};
+    check(cudaGetDeviceProperties(&properties, gpu_), "cudaGetDeviceProperties");
+    fmt::print(
+        "moe run --ep --device cuda: {} (one MoE layer, {}) over {} GPUs on {} host{} ({} + {})\n",
+        config_.name, weights_source_, host_.size(), host_.num_hosts(),
+        host_.num_hosts() > 1 ? "s" : "", host_.name(), nccl_->name());
+    fmt::print("  shape      H={} I={} E={} k={}\n", config_.experts.hidden_size,
+               config_.experts.intermediate_size, config_.routing.num_experts,
+               config_.routing.top_k);
+    fmt::print("  dispatch   {} ({}), two-batch overlap {}\n", o_.ep.dispatcher,
+               o_.ep.dispatcher == "ht" ? "high-throughput" : "low-latency",
+               o_.ep.overlap ? "on" : "off");
+    fmt::print("  placement  {}: {} slots for {} experts\n",
+               o_.ep.placement.empty() ? "contiguous" : o_.ep.placement, map_->num_slots(),
+               map_->num_experts());
+    fmt::print("  weights    bf16, {:.3f} GB of expert weights on rank 0\n",
+               static_cast<double>(local_.w13.nbytes() + local_.w2.nbytes()) * 1e-9);
+    fmt::print("  gpu        rank 0: device {} ({}); each rank the GPU of its index on its host\n",
+               gpu_, properties.name);
+    fmt::print(
+        "  check      sampled tokens against the single-GPU CUDA layer within bf16 rounding, not "
+        "bitwise ((k + N + 1) * 2^-8 of each token's largest output, docs/parallel-cuda.md), and "
+        "against the float64 reference\n");
+  }
+
+  std::pair<std::vector<CudaEpRankSummary>, CudaEpCheck> measure(int64_t tokens) {
+    const int64_t H = config_.experts.hidden_size;
+    CudaEpLayer layer(config_, local_, *map_, host_, nccl_.get(),
+                      cuda_ep_options(o_.ep, tokens, o_.block_m));
+    const Tensor hidden = ep_hidden(tokens, H, DType::kBF16, o_.seed, host_.rank());
+    DeviceRows d_hidden(tokens, H), d_out(tokens, H);
+    check(cudaMemcpy(d_hidden.buffer.data(), hidden.data<void>(), hidden.nbytes(),
+                     cudaMemcpyHostToDevice),
+          "cudaMemcpy (hidden)");
+    const auto step = [&] {
+      if (o_.ep.overlap) {
+        layer.forward_two_batch(d_hidden.view(), d_out.view());
+      } else {
+        layer.forward(d_hidden.view(), d_out.view());
+      }
+    };
+    step();  // warm-up: sizes every buffer
+    std::vector<CudaEpRankSummary> runs;
+    for (int r = 0; r < o_.repeats; ++r) {
+      step();
+      runs.push_back(
+          summarize(layer.last_stats(), config_.routing.top_k, H, host_.rank(), o_.ep.overlap));
+    }
+    std::sort(runs.begin(), runs.end(),
+              [](const auto& a, const auto& b) { return a.total_us < b.total_us; });
+    Tensor out(DType::kBF16, {tokens, H});
+    check(cudaMemcpy(out.data<void>(), d_out.buffer.data(), out.nbytes(), cudaMemcpyDeviceToHost),
+          "cudaMemcpy (out)");
+    return {gather_summaries(host_, runs[runs.size() / 2]), check_samples(tokens, out)};
+  }
+
+  // Samples of every rank's tokens on rank 0, against the single-GPU layer on that rank's whole
+  // batch (the batch size the EP layer routed, so both route through the same GEMM shape) and
+  // against the float64 reference.
+  CudaEpCheck check_samples(int64_t tokens, const Tensor& out) {
+    CudaEpCheck result;
+    result.error_bound = run_error_bound(DType::kBF16, CpuIsa::kAuto);
+    const std::vector<int64_t> sample = sampled_tokens(tokens, o_.check_tokens);
+    if (sample.empty()) return result;
+    const Tensor outputs = gather_rows_on_rank0(host_, pick_rows(out, sample));
+    if (host_.rank() != 0) return result;
+    const int N = host_.size();
+    const int64_t H = config_.experts.hidden_size, k = config_.routing.top_k;
+    const auto n = static_cast<int64_t>(sample.size());
+    Tensor inputs(DType::kBF16, {N * n, H}), want(DType::kBF16, {N * n, H});
+    Tensor ids(DType::kI32, {N * n, k});
+    for (int r = 0; r < N; ++r) {
+      const Tensor hidden = ep_hidden(tokens, H, DType::kBF16, o_.seed, r);
+      const Tensor single = single_->forward(hidden);
+      const auto put = [&](Tensor& all, const Tensor& rows) {
+        std::copy_n(rows.data<char>(), rows.nbytes(), all.data<char>() + r * rows.nbytes());
+      };
+      put(inputs, pick_rows(hidden, sample));
+      put(want, pick_rows(single, sample));
+      put(ids, pick_rows(single_->last_topk_ids(), sample));
+    }
+    compare_within_bf16_rounding(outputs, want, k, N, result);
+    const Tensor expected = reference_->forward(Tensor::copy_of(inputs, DType::kF32));
+    result.max_rel_error = max_rel_error(outputs, expected);
+    result.routing_mismatches =
+        routing_mismatches(ids, reference_->last_topk_ids(), result.checked_tokens, k);
+    return result;
+  }
+
+  const EpRunOptions& o_;
+  Communicator& host_;
+  int gpu_ = 0;
+  std::unique_ptr<Communicator> nccl_;
+  MoeConfig config_;
+  std::string weights_source_;
+  std::optional<ExpertMap> map_;
+  LayerWeights local_;
+  std::optional<MoeLayer> single_, reference_;
+};
+
+}  // namespace
+
+void run_ep_cuda(const EpRunOptions& options) {
+  run_as_mpi_rank(options.ep, [&](Communicator& host) { CudaEpRunner(options, host).run(); });
+}
+
+}  // namespace moe::cli
