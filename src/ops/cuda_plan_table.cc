@@ -37,7 +37,6 @@ std::string why_malformed(const cuda::ExpertsPlan& plan) {
     case cuda::GemmKernel::kTmaEager:
     case cuda::GemmKernel::kTmaPair:
     case cuda::GemmKernel::kTmaDynamic:
-    case cuda::GemmKernel::kTmaPairMulticast:
       if (cuda::tma_supports_block_m(plan.block_m)) return {};
       return fmt::format("the {} kernel takes block_m 64 or 128; got {}", kernel_name(plan.kernel),
                          plan.block_m);
@@ -49,7 +48,7 @@ bool parse_kernel(std::string_view name, cuda::GemmKernel& kernel) {
   for (const cuda::GemmKernel candidate :
        {cuda::GemmKernel::kStream, cuda::GemmKernel::kMma, cuda::GemmKernel::kWgmma,
         cuda::GemmKernel::kTma, cuda::GemmKernel::kTmaEager, cuda::GemmKernel::kTmaPair,
-        cuda::GemmKernel::kTmaDynamic, cuda::GemmKernel::kTmaPairMulticast}) {
+        cuda::GemmKernel::kTmaDynamic}) {
     if (name == kernel_name(candidate)) {
       kernel = candidate;
       return true;
@@ -82,9 +81,8 @@ cuda::ExpertsPlan parse_entry(const nlohmann::json& entry, const std::string& ke
   cuda::ExpertsPlan plan;
   const std::string kernel = fields.string("kernel");
   if (!parse_kernel(kernel, plan.kernel)) {
-    fields.fail_field(
-        "kernel", "stream, mma, wgmma, tma, tma_eager, tma_pair, tma_dynamic or tma_pair_multicast",
-        fmt::format("\"{}\"", kernel));
+    fields.fail_field("kernel", "stream, mma, wgmma, tma, tma_eager, tma_pair or tma_dynamic",
+                      fmt::format("\"{}\"", kernel));
   }
   plan.block_m = fields.positive("block_m");
   plan.tiny_batch = fields.boolean_or("tiny_batch", false);
@@ -111,8 +109,6 @@ std::string_view kernel_name(cuda::GemmKernel kernel) {
       return "tma_pair";
     case cuda::GemmKernel::kTmaDynamic:
       return "tma_dynamic";
-    case cuda::GemmKernel::kTmaPairMulticast:
-      return "tma_pair_multicast";
   }
   return "unknown";
 }
@@ -132,7 +128,7 @@ cuda::ExpertsPlan parse_plan_name(std::string_view name) {
       !parse_count(name.substr(slash + 1), plan.block_m)) {
     fail(
         "plan \"{}\": expected <kernel>/<block_m> with kernel tiny, stream, mma, wgmma, tma, "
-        "tma_eager, tma_pair, tma_dynamic or tma_pair_multicast",
+        "tma_eager, tma_pair or tma_dynamic",
         name);
   }
   if (plan.tiny_batch) plan.kernel = cuda::GemmKernel::kStream;

@@ -17,8 +17,8 @@
 
 namespace moe::cuda_plans {
 
-// "stream", "mma", "wgmma", "tma", "tma_eager", "tma_pair", "tma_dynamic", "tma_pair_multicast":
-// the kernel field of a table entry.
+// "stream", "mma", "wgmma", "tma", "tma_eager", "tma_pair", "tma_dynamic": the
+// kernel field of a table entry.
 std::string_view kernel_name(cuda::GemmKernel kernel);
 
 // The plan's short name, as `moe bench` prints it: "tiny/1", "stream/4", "mma/32", "wgmma/128".

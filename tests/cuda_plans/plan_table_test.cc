@@ -35,9 +35,6 @@ std::vector<ExpertsPlan> all_plans() {
   for (int64_t block_m : {64, 128}) plans.push_back({GemmKernel::kTmaEager, block_m, false});
   for (int64_t block_m : {64, 128}) plans.push_back({GemmKernel::kTmaPair, block_m, false});
   for (int64_t block_m : {64, 128}) plans.push_back({GemmKernel::kTmaDynamic, block_m, false});
-  for (int64_t block_m : {64, 128}) {
-    plans.push_back({GemmKernel::kTmaPairMulticast, block_m, false});
-  }
   return plans;
 }
 

@@ -92,7 +92,7 @@ std::string why_plan_cannot_run(const ExpertsPlan& plan, const ExpertsProblem& p
   }
   if (plan.kernel == GemmKernel::kWgmma || plan.kernel == GemmKernel::kTma ||
       plan.kernel == GemmKernel::kTmaEager || plan.kernel == GemmKernel::kTmaPair ||
-      plan.kernel == GemmKernel::kTmaDynamic || plan.kernel == GemmKernel::kTmaPairMulticast) {
+      plan.kernel == GemmKernel::kTmaDynamic) {
     const bool wgmma = plan.kernel == GemmKernel::kWgmma;
     const char* name = wgmma ? "wgmma" : "tma";
     if (!wgmma_available()) return fmt::format("the {} kernel needs a Hopper GPU (sm_90)", name);

@@ -55,7 +55,6 @@ void grouped_gemm(GemmKernel kernel, bool gated, const GroupedGemmArgs& args, cu
     case GemmKernel::kTmaEager:
     case GemmKernel::kTmaPair:
     case GemmKernel::kTmaDynamic:
-    case GemmKernel::kTmaPairMulticast:
       if (!wgmma_available()) fail("grouped_gemm: the tma kernel needs a Hopper GPU (sm_90)");
       // It stores whole 16-byte chunks of output rows, so those must be aligned too.
       if (!tma_supports_block_m(args.block_m) || !mma_supports(args) || args.out_columns % 8 != 0 ||

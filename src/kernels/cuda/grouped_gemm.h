@@ -60,9 +60,6 @@ enum class GemmKernel : uint8_t {
   // kTma whose thread blocks take tiles in order from a counter as they finish the last, so those
   // that share a weight tile start it together however far apart their earlier tiles took them
   kTmaDynamic,
-  // kTmaPair whose pairs, when both blocks belong to one expert, load each weight box once for
-  // both (TMA multicast): half the weight traffic from L2
-  kTmaPairMulticast,
 };
 
 // Rows per block each kernel accepts: the stream kernel any block_m up to kMaxStreamRows, the
@@ -74,7 +71,7 @@ bool mma_supports_block_m(int64_t block_m);  // 16, 32, 64 or 128
 // block_m is 64 (one warpgroup) or 128 (two).
 bool wgmma_available();
 bool wgmma_supports_block_m(int64_t block_m);  // 64 or 128
-// The tma kernels' (kTma, kTmaEager, kTmaPair, kTmaDynamic, kTmaPairMulticast): 64 or 128.
+// The tma kernels' (kTma, kTmaEager, kTmaPair, kTmaDynamic): 64 or 128, as wgmma's.
 bool tma_supports_block_m(int64_t block_m);
 
 // The tensor-core kernels need 16-byte aligned rows: K % 8 == 0 and aligned base pointers.

@@ -10,7 +10,7 @@ void stream_grouped_gemm(bool gated, const GroupedGemmArgs& args, bool aligned,
                          cudaStream_t stream);
 void mma_grouped_gemm(bool gated, const GroupedGemmArgs& args, cudaStream_t stream);
 void wgmma_grouped_gemm(bool gated, const GroupedGemmArgs& args, cudaStream_t stream);
-// kernel: kTma, kTmaEager, kTmaPair, kTmaDynamic or kTmaPairMulticast.
+// kernel: kTma, kTmaEager, kTmaPair or kTmaDynamic.
 void tma_grouped_gemm(GemmKernel kernel, bool gated, const GroupedGemmArgs& args,
                       cudaStream_t stream);
 

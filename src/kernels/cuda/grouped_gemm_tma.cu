@@ -156,19 +156,6 @@ __device__ __forceinline__ void load_weight_box(uint32_t shared, const CUtensorM
       : "memory");
 }
 
-// As load_weight_box, but the box lands at the same offset in both thread blocks of a pair and
-// completes its bytes on each one's barrier at the same offset.
-__device__ __forceinline__ void multicast_weight_box(uint32_t shared, const CUtensorMap* map, int k,
-                                                     int row, int expert, uint32_t barrier) {
-  const uint16_t both_blocks = 0x3;
-  asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
-      ".multicast::cluster [%0], [%1, {%2, %3, %4}], [%5], %6;\n" ::"r"(shared),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(k), "r"(row), "r"(expert), "r"(barrier),
-      "h"(both_blocks)
-      : "memory");
-}
-
 __device__ __forceinline__ uint32_t cluster_rank() {
   uint32_t rank;
   asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
@@ -214,8 +201,6 @@ struct TileWork {
   int32_t expert;
   bool rows;
   int64_t first_column;
-  // Every thread block of the cluster has rows of this same expert: they need the same weights.
-  bool same_weights;
 };
 
 enum class TileKind { kWork, kSkip, kEnd };
@@ -252,13 +237,7 @@ struct TileWalk {
 #pragma unroll
     for (int r = 0; r < kCluster && !any_rows; ++r) any_rows = local_expert(first_block + r) >= 0;
     if (!any_rows) return TileKind::kSkip;
-    bool same_weights = kCluster > 1;
-#pragma unroll
-    for (int r = 0; r < kCluster; ++r) {
-      same_weights = same_weights && local_expert(first_block + r) == expert && expert >= 0;
-    }
-    work = TileWork{block, expert, expert >= 0, (tile % column_tiles) * columns_per_tile,
-                    same_weights};
+    work = TileWork{block, expert, expert >= 0, (tile % column_tiles) * columns_per_tile};
     return TileKind::kWork;
   }
 };
@@ -284,7 +263,7 @@ __device__ __forceinline__ void producer_sync() {
 #endif
 
 // kEager: plan kernel "tma_eager"; kCluster 2: "tma_pair"; kDynamic: "tma_dynamic" (above).
-template <int kBlockM, bool kGated, bool kEager, int kCluster, bool kDynamic, bool kMulticast>
+template <int kBlockM, bool kGated, bool kEager, int kCluster, bool kDynamic>
 __global__ void __launch_bounds__(TmaTile<kBlockM>::kThreads, 1)
     tma_kernel(const __grid_constant__ CUtensorMap weight_map, GroupedGemmArgs a) {
 #ifdef MOE_HAS_WGMMA
@@ -292,7 +271,6 @@ __global__ void __launch_bounds__(TmaTile<kBlockM>::kThreads, 1)
   static_assert(!kEager || kCluster == 1, "clusters release stages as tma does");
   static_assert(!kDynamic || kCluster == 1,
                 "the thread blocks of a cluster would each take a tile");
-  static_assert(!kMulticast || kCluster == 2, "multicast within pairs");
   constexpr int kStages = Tile::kStages;
   constexpr int64_t kColumnsPerTile = kGated ? kTileN / 2 : kTileN;
   extern __shared__ unsigned char shared_raw[];
@@ -381,16 +359,8 @@ __global__ void __launch_bounds__(TmaTile<kBlockM>::kThreads, 1)
               row = work.first_column + (j / Tile::kWarpGroupN) * kHalf + within % kHalf +
                     (within >= kHalf ? columns : 0);
             }
-            if (kMulticast && work.same_weights) {
-              // Each of the pair loads every other box for both; the barrier expects all bytes.
-              if ((j / kBoxRows) % 2 == static_cast<int>(cluster_rank())) {
-                multicast_weight_box(b_stage + j * kRowBytes, &weight_map, k0,
-                                     static_cast<int>(row), work.expert, full_barrier(ring.stage));
-              }
-            } else {
-              load_weight_box(b_stage + j * kRowBytes, &weight_map, k0, static_cast<int>(row),
-                              work.expert, full_barrier(ring.stage));
-            }
+            load_weight_box(b_stage + j * kRowBytes, &weight_map, k0, static_cast<int>(row),
+                            work.expert, full_barrier(ring.stage));
           }
         }
 #pragma unroll
@@ -612,10 +582,10 @@ CUtensorMap weight_tensor_map(const GroupedGemmArgs& a) {
 // One thread block per multiprocessor (at most args.max_multiprocessors of them); clusters: as many
 // as fit at once (not every multiprocessor can join one), times their size.
 // kDynamic: the tiles are taken from args.tile_counter, zeroed here first.
-template <int kBlockM, bool kGated, bool kEager, int kCluster, bool kDynamic, bool kMulticast>
+template <int kBlockM, bool kGated, bool kEager, int kCluster, bool kDynamic>
 void launch(const GroupedGemmArgs& args, cudaStream_t stream) {
   using Tile = TmaTile<kBlockM>;
-  constexpr auto kernel = tma_kernel<kBlockM, kGated, kEager, kCluster, kDynamic, kMulticast>;
+  constexpr auto kernel = tma_kernel<kBlockM, kGated, kEager, kCluster, kDynamic>;
   allow_shared_bytes<kernel>(Tile::kSharedBytes, "cudaFuncSetAttribute(tma_kernel)");
   int device = 0, multiprocessors = 0;
   check(cudaGetDevice(&device), "cudaGetDevice");
@@ -658,10 +628,10 @@ void launch(const GroupedGemmArgs& args, cudaStream_t stream) {
         "cudaLaunchKernelEx(tma_kernel)");
 }
 
-template <int kBlockM, bool kEager, int kCluster, bool kDynamic = false, bool kMulticast = false>
+template <int kBlockM, bool kEager, int kCluster, bool kDynamic = false>
 void launch_gated_or_not(bool gated, const GroupedGemmArgs& args, cudaStream_t stream) {
-  gated ? launch<kBlockM, true, kEager, kCluster, kDynamic, kMulticast>(args, stream)
-        : launch<kBlockM, false, kEager, kCluster, kDynamic, kMulticast>(args, stream);
+  gated ? launch<kBlockM, true, kEager, kCluster, kDynamic>(args, stream)
+        : launch<kBlockM, false, kEager, kCluster, kDynamic>(args, stream);
 }
 
 template <int kBlockM>
@@ -674,8 +644,6 @@ void launch_variant(GemmKernel kernel, bool gated, const GroupedGemmArgs& args,
       return launch_gated_or_not<kBlockM, false, 2>(gated, args, stream);
     case GemmKernel::kTmaDynamic:
       return launch_gated_or_not<kBlockM, false, 1, true>(gated, args, stream);
-    case GemmKernel::kTmaPairMulticast:
-      return launch_gated_or_not<kBlockM, false, 2, false, true>(gated, args, stream);
     default:
       return launch_gated_or_not<kBlockM, false, 1>(gated, args, stream);
   }

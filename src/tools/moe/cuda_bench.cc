@@ -72,8 +72,7 @@ std::vector<cuda::ExpertsPlan> candidate_plans(const ExpertsProblem& problem) {
     if (cuda::wgmma_available()) {
       for (const cuda::GemmKernel kernel :
            {cuda::GemmKernel::kWgmma, cuda::GemmKernel::kTma, cuda::GemmKernel::kTmaEager,
-            cuda::GemmKernel::kTmaPair, cuda::GemmKernel::kTmaDynamic,
-            cuda::GemmKernel::kTmaPairMulticast}) {
+            cuda::GemmKernel::kTmaPair, cuda::GemmKernel::kTmaDynamic}) {
         for (int64_t block_m : {64, 128}) plans.push_back({kernel, block_m, false});
       }
     }
