@@ -114,17 +114,30 @@ class EpMoeLayer {
   // communication, so the peers then time out) and on communication failures.
   void forward(const TensorView& hidden, const TensorView& out);
   Tensor forward(const TensorView& hidden);
+  // The same on a routing the caller chose (a recorded trace, a benchmark), as CudaEpLayer's
+  // forward_routed: the router is skipped and route_us stays 0. topk_ids [M, k] int32 in [0, E)
+  // (logical experts; unlike the GPU layer there is no -1 "no expert" id) and topk_weights [M, k]
+  // f32, both on the CPU. With the ids and weights forward() chose (last_topk_ids/weights) the
+  // output is bitwise forward()'s. Every id is checked before any communication: a bad one
+  // throws moe::Error naming the token, its slot j and the id, and no output is written.
+  void forward_routed(const TensorView& hidden, const TensorView& topk_ids,
+                      const TensorView& topk_weights, const TensorView& out);
 
   const MoeConfig& config() const { return config_; }
   const ExpertMap& expert_map() const;
   Communicator& communicator() const;
   const EpOptions& options() const { return options_; }
   const EpStepStats& last_stats() const;
-  TensorView last_topk_ids() const;      // [M, k] int32 (logical experts)
+  TensorView last_topk_ids() const;      // [M, k] int32 (logical experts), routed or given
   TensorView last_topk_weights() const;  // [M, k] f32
 
  private:
   struct State;
+  void check_tokens(const TensorView& hidden, const TensorView& out) const;
+  void reset_stats(int64_t num_tokens, DType dtype);
+  // Dispatch, experts, combine and sum of the routing in state_'s topk_ids and topk_weights.
+  void run_routed(const TensorView& hidden, const TensorView& out);
+
   MoeConfig config_;
   EpOptions options_;
   std::unique_ptr<State> state_;

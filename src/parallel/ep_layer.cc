@@ -9,6 +9,7 @@
 #include "moe/ep_layer.h"
 
 #include <chrono>
+#include <cstring>
 
 #include "kernels/cpu/fused_experts.h"
 #include "kernels/cpu/moe_sum.h"
@@ -160,8 +161,8 @@ TensorView EpMoeLayer::last_topk_weights() const {
                     {state_->num_tokens, config_.routing.top_k});
 }
 
-void EpMoeLayer::forward(const TensorView& hidden, const TensorView& out) {
-  const int64_t H = config_.experts.hidden_size, k = config_.routing.top_k;
+void EpMoeLayer::check_tokens(const TensorView& hidden, const TensorView& out) const {
+  const int64_t H = config_.experts.hidden_size;
   check_device(hidden, "hidden", Device::kCpu);
   check_contiguous(hidden, "hidden");
   check_rank(hidden, "hidden", 2);
@@ -174,30 +175,37 @@ void EpMoeLayer::forward(const TensorView& hidden, const TensorView& out) {
   check_contiguous(out, "out");
   check_dtype(out, "out", {hidden.dtype});
   check_shape(out, "out", hidden.shape);
+}
 
+void EpMoeLayer::reset_stats(int64_t num_tokens, DType dtype) {
   State& s = *state_;
-  const auto step_start = Clock::now();
-  const int64_t M = hidden.size(0);
+  const int64_t H = config_.experts.hidden_size, k = config_.routing.top_k;
   const size_t N = static_cast<size_t>(s.comm.size());
   EpStepStats& st = s.stats;
   st = EpStepStats{};
-  st.num_tokens = M;
-  st.num_pairs = M * k;
-  st.upper_bound_bytes = M * k * H * static_cast<int64_t>(dtype_size(hidden.dtype));
+  st.num_tokens = num_tokens;
+  st.num_pairs = num_tokens * k;
+  st.upper_bound_bytes = num_tokens * k * H * static_cast<int64_t>(dtype_size(dtype));
   for (std::vector<int64_t>* v : {&st.dispatch_bytes_sent, &st.dispatch_bytes_received,
                                   &st.combine_bytes_sent, &st.combine_bytes_received}) {
     v->assign(N, 0);
   }
   st.pairs_per_local_slot.assign(s.map.local_slots(s.comm.rank()).size(), 0);
-
-  // Route this rank's tokens, as MoeLayer does, on the cpu kernels directly.
-  s.num_tokens = M;
-  if (static_cast<int64_t>(s.topk_ids.size()) < M * k) {
-    s.topk_ids.resize(static_cast<size_t>(M * k));
-    s.topk_weights.resize(static_cast<size_t>(M * k));
+  s.num_tokens = num_tokens;
+  if (static_cast<int64_t>(s.topk_ids.size()) < num_tokens * k) {
+    s.topk_ids.resize(static_cast<size_t>(num_tokens * k));
+    s.topk_weights.resize(static_cast<size_t>(num_tokens * k));
   }
+}
+
+void EpMoeLayer::forward(const TensorView& hidden, const TensorView& out) {
+  check_tokens(hidden, out);
+  State& s = *state_;
+  const int64_t H = config_.experts.hidden_size, M = hidden.size(0);
+  reset_stats(M, hidden.dtype);
+  // Route this rank's tokens, as MoeLayer does, on the cpu kernels directly.
   {
-    StageTimer timer(st.route_us);
+    StageTimer timer(s.stats.route_us);
     const RoutingConfig& r = config_.routing;
     if (static_cast<int64_t>(s.logits.size()) < M * r.num_experts) {
       s.logits.resize(static_cast<size_t>(M * r.num_experts));
@@ -210,6 +218,46 @@ void EpMoeLayer::forward(const TensorView& hidden, const TensorView& out) {
                         w.correction_bias.defined() ? w.correction_bias.data<float>() : nullptr,
                         s.topk_ids.data(), s.topk_weights.data(), s.num_threads);
   }
+  run_routed(hidden, out);
+}
+
+void EpMoeLayer::forward_routed(const TensorView& hidden, const TensorView& topk_ids,
+                                const TensorView& topk_weights, const TensorView& out) {
+  check_tokens(hidden, out);
+  const int64_t M = hidden.size(0), k = config_.routing.top_k, E = config_.routing.num_experts;
+  const auto check_routing = [&](const TensorView& t, const char* name, DType dtype) {
+    check_device(t, name, Device::kCpu);
+    check_contiguous(t, name);
+    check_dtype(t, name, {dtype});
+    check_shape(t, name, {M, k});
+  };
+  check_routing(topk_ids, "topk_ids", DType::kI32);
+  check_routing(topk_weights, "topk_weights", DType::kF32);
+  // Untrusted ids are checked here, once, before any peer sees them: the dispatch plan indexes
+  // its tables with them.
+  const int32_t* ids = static_cast<const int32_t*>(topk_ids.data);
+  for (int64_t p = 0; p < M * k; ++p) {
+    if (ids[p] < 0 || ids[p] >= E) {
+      fail("topk_ids: expected expert ids in [0, {}); got {} at token {}, j {}", E, ids[p], p / k,
+           p % k);
+    }
+  }
+  State& s = *state_;
+  reset_stats(M, hidden.dtype);
+  // memmove: the caller may pass last_topk_ids() and last_topk_weights() back.
+  if (M > 0) {
+    std::memmove(s.topk_ids.data(), ids, static_cast<size_t>(M * k) * sizeof(int32_t));
+    std::memmove(s.topk_weights.data(), topk_weights.data,
+                 static_cast<size_t>(M * k) * sizeof(float));
+  }
+  run_routed(hidden, out);
+}
+
+void EpMoeLayer::run_routed(const TensorView& hidden, const TensorView& out) {
+  State& s = *state_;
+  const auto start = Clock::now();
+  const int64_t H = config_.experts.hidden_size, k = config_.routing.top_k, M = hidden.size(0);
+  EpStepStats& st = s.stats;
 
   // Micro-batches: the whole batch, or its two halves with two-batch overlap.
   const int num_micro = options_.two_batch_overlap ? 2 : 1;
@@ -283,7 +331,7 @@ void EpMoeLayer::forward(const TensorView& hidden, const TensorView& out) {
 
   st.dispatch_sent = parallel::split_by_domain(st.dispatch_bytes_sent, s.comm);
   st.combine_sent = parallel::split_by_domain(st.combine_bytes_sent, s.comm);
-  st.total_us = microseconds_since(step_start);
+  st.total_us = st.route_us + microseconds_since(start);
 }
 
 Tensor EpMoeLayer::forward(const TensorView& hidden) {

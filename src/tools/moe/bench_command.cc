@@ -5,6 +5,7 @@
 // uniform random top-k routing and the next of several copies of the layer's weights, so weights
 // stream from memory as in a model of many layers. Next to it: the floor from this run's own
 // streaming-read bandwidth and the path's own peak, and the fraction of the floor reached.
+// With --ep, one layer end to end over MPI ranks on a routing trace instead (ep_bench.h).
 #include <omp.h>
 
 #include <algorithm>
@@ -20,6 +21,8 @@
 #include "moe/error.h"
 #include "moe/layer.h"
 #include "tools/moe/commands.h"
+#include "tools/moe/ep_bench.h"
+#include "tools/moe/ep_options.h"
 #include "tools/moe/experts_sweep.h"
 
 #ifdef MOE_WITH_CUDA
@@ -53,7 +56,50 @@ struct BenchOptions {
   bool sweep = false;
   std::vector<std::string> plans;
   std::string output;
+  // --ep
+  EpSettings ep;
+  std::string trace_path;
+  int64_t trace_layer = 0;
+  double zipf = 1.0;
+  int64_t steps = 4;
 };
+
+// The --ep mode: one layer end to end over MPI ranks on a routing trace (ep_bench.h).
+void bench_ep_command(const BenchOptions& o) {
+  if (o.device == "cuda") {
+    fail(
+        "moe bench --ep --device cuda: not available; the GPU expert-parallel benchmark is "
+        "`mpirun -np N moe run --ep --device cuda` or the moe_bench_cuda_ep benchmark for now");
+  }
+  if (o.csv) fail("--csv: moe bench --ep prints a table or --json");
+  if (o.sweep || !o.plans.empty() || !o.output.empty()) {
+    fail("--sweep, --plans and --output belong to --device cuda");
+  }
+  if (o.dtypes.size() != 1) {
+    fail("--dtypes: expected one dtype with --ep; got {}", o.dtypes.size());
+  }
+  if (o.isas.size() > 1) fail("--isa: expected at most one path with --ep; got {}", o.isas.size());
+  if (!o.trace_path.empty() && o.tokens_given) {
+    fail("--tokens: with --trace the tokens of each step come from the trace '{}'", o.trace_path);
+  }
+  EpBenchOptions ep;
+  ep.preset = o.preset;
+  ep.config_path = o.config_path;
+  ep.dtype = o.dtypes.front();
+  ep.tokens = o.tokens_given ? o.tokens : std::vector<int64_t>{16, 128};
+  ep.threads = o.threads;
+  ep.seed = o.seed;
+  ep.repeats = o.repeats;
+  ep.block_m = o.block_m;
+  ep.cpu_isa = o.isas.empty() ? CpuIsa::kAuto : parse_cpu_isa(o.isas.front());
+  ep.json = o.json;
+  ep.trace_path = o.trace_path;
+  ep.trace_layer = o.trace_layer;
+  ep.zipf = o.zipf;
+  ep.steps = o.steps;
+  ep.ep = o.ep;
+  bench_ep(ep);
+}
 
 // The GPU sweep, with its own defaults where the CPU's were not overridden: tokens up to 16384
 // and 20 replays per routing set.
@@ -157,6 +203,7 @@ nlohmann::json results_json(const MoeConfig& config, const std::vector<Result>& 
 }
 
 void bench(const BenchOptions& o) {
+  if (o.ep.enabled) return bench_ep_command(o);
   if (o.device == "cuda") return bench_cuda(o);
   if (o.sweep || !o.plans.empty() || !o.output.empty()) {
     fail("--sweep, --plans and --output belong to --device cuda");
@@ -254,13 +301,15 @@ void add_bench_command(CLI::App& app) {
       "bench",
       "Time the experts of one layer over token counts (CPU: weight dtypes and instruction-set "
       "paths; CUDA: kernel plans), next to the floor from this machine's measured bandwidth and "
-      "peak");
+      "peak; with --ep, one layer end to end over MPI ranks on a routing trace");
   cmd->add_option("--preset", options->preset, "Built-in model preset")
       ->capture_default_str()
       ->check(CLI::IsMember(preset_names()));
   cmd->add_option("--config", options->config_path,
                   "A Hugging Face config.json to take the layer's shape from (overrides --preset)");
-  CLI::Option* tokens = cmd->add_option("--tokens", options->tokens, "Batch sizes, comma separated")
+  CLI::Option* tokens = cmd->add_option("--tokens", options->tokens,
+                                        "Batch sizes, comma separated (--ep: tokens per rank "
+                                        "and step, default 16,128)")
                             ->delimiter(',')
                             ->capture_default_str();
   cmd->add_option("--dtypes", options->dtypes, "Weight (and hidden) dtypes: f32, bf16, f16")
@@ -277,8 +326,8 @@ void add_bench_command(CLI::App& app) {
       ->capture_default_str();
   CLI::Option* repeats =
       cmd->add_option("--repeats", options->repeats,
-                      "Timed calls per point (cuda: replays per routing set); the median is "
-                      "reported")
+                      "Timed calls per point (cuda: replays per routing set; --ep: passes over "
+                      "the trace's steps); the median is reported")
           ->capture_default_str();
   cmd->add_option("--budget", options->budget_s,
                   "Seconds per point after which no further call starts (at least one runs)")
@@ -307,6 +356,22 @@ void add_bench_command(CLI::App& app) {
                   "names as the table prints them)")
       ->delimiter(',');
   cmd->add_option("--output", options->output, "cuda: also write the JSON report to this file");
+  add_ep_options(cmd, options->ep);
+  CLI::Option* ep = cmd->get_option("--ep");
+  cmd->add_option("--trace", options->trace_path,
+                  "--ep: replay this routing trace (`moe trace`; each step one EP step, token t "
+                  "of a step on rank t % N) instead of a synthetic one per --tokens")
+      ->needs(ep);
+  cmd->add_option("--trace-layer", options->trace_layer, "--ep: the layer of --trace to replay")
+      ->capture_default_str()
+      ->needs(ep);
+  cmd->add_option("--zipf", options->zipf,
+                  "--ep: expert popularity exponent of the synthetic trace (0 = uniform)")
+      ->capture_default_str()
+      ->needs(ep);
+  cmd->add_option("--steps", options->steps, "--ep: steps of the synthetic trace (one pass)")
+      ->capture_default_str()
+      ->needs(ep);
   cmd->callback([options, tokens, repeats] {
     options->tokens_given = tokens->count() > 0;
     options->repeats_given = repeats->count() > 0;

@@ -159,40 +159,40 @@ void print_ep_batch(int64_t tokens_per_rank, const std::vector<EpRankSummary>& r
   }
 }
 
+nlohmann::json ep_rank_json(const EpRankSummary& r) {
+  return {
+      {"tokens", r.tokens},
+      {"pairs", r.pairs},
+      {"local_pairs", r.local_pairs},
+      {"rows_sent", r.rows_sent},
+      {"row_payload_bytes",
+       {{"self", r.rows_self}, {"same_host", r.rows_same_host}, {"cross_host", r.rows_cross_host}}},
+      {"upper_bound_bytes", r.upper_bound_bytes},
+      {"dispatch_bytes_sent",
+       {{"same_host", r.dispatch_same_host},
+        {"cross_host", r.dispatch_cross_host},
+        {"per_peer", r.dispatch_sent}}},
+      {"combine_bytes_sent",
+       {{"same_host", r.combine_same_host},
+        {"cross_host", r.combine_cross_host},
+        {"per_peer", r.combine_sent}}},
+      {"pairs_received", r.pairs_received},
+      {"pairs_per_local_slot", {{"min", r.min_slot_pairs}, {"max", r.max_slot_pairs}}},
+      {"stages_us",
+       {{"route", r.route_us},
+        {"dispatch", r.dispatch_us},
+        {"experts", r.experts_us},
+        {"shared", r.shared_us},
+        {"combine", r.combine_us},
+        {"sum", r.sum_us},
+        {"total", r.total_us}}},
+      {"link_gb_per_s", r.link_gb_per_s()}};
+}
+
 nlohmann::json ep_batch_json(int64_t tokens_per_rank, const std::vector<EpRankSummary>& ranks,
                              const EpCheck& check) {
   nlohmann::json per_rank = nlohmann::json::array();
-  for (const EpRankSummary& r : ranks) {
-    per_rank.push_back(
-        {{"tokens", r.tokens},
-         {"pairs", r.pairs},
-         {"local_pairs", r.local_pairs},
-         {"rows_sent", r.rows_sent},
-         {"row_payload_bytes",
-          {{"self", r.rows_self},
-           {"same_host", r.rows_same_host},
-           {"cross_host", r.rows_cross_host}}},
-         {"upper_bound_bytes", r.upper_bound_bytes},
-         {"dispatch_bytes_sent",
-          {{"same_host", r.dispatch_same_host},
-           {"cross_host", r.dispatch_cross_host},
-           {"per_peer", r.dispatch_sent}}},
-         {"combine_bytes_sent",
-          {{"same_host", r.combine_same_host},
-           {"cross_host", r.combine_cross_host},
-           {"per_peer", r.combine_sent}}},
-         {"pairs_received", r.pairs_received},
-         {"pairs_per_local_slot", {{"min", r.min_slot_pairs}, {"max", r.max_slot_pairs}}},
-         {"stages_us",
-          {{"route", r.route_us},
-           {"dispatch", r.dispatch_us},
-           {"experts", r.experts_us},
-           {"shared", r.shared_us},
-           {"combine", r.combine_us},
-           {"sum", r.sum_us},
-           {"total", r.total_us}}},
-         {"link_gb_per_s", r.link_gb_per_s()}});
-  }
+  for (const EpRankSummary& r : ranks) per_rank.push_back(ep_rank_json(r));
   return {{"tokens_per_rank", tokens_per_rank},
           {"ranks", per_rank},
           {"check",

@@ -1,5 +1,5 @@
-// What `moe run --ep` reports: each rank's step counters, gathered on rank 0, printed as a table
-// (or JSON) next to the seeds' upper bound T*k*H*b on the dispatched payload.
+// What `moe run --ep` (and `moe bench --ep`) report: each rank's step counters, gathered on rank 0,
+// printed as a table (or JSON) next to the seeds' upper bound T*k*H*b on the dispatched payload.
 #pragma once
 
 #include <cstdint>
@@ -45,6 +45,9 @@ struct EpCheck {
   double max_rel_error = 0;        // vs the float64 reference
   double error_bound = 0;
 };
+
+// One rank's summary as the JSON object `moe run --ep` and `moe bench --ep` print per rank.
+nlohmann::json ep_rank_json(const EpRankSummary& rank);
 
 void print_ep_batch(int64_t tokens_per_rank, const std::vector<EpRankSummary>& ranks,
                     const EpCheck& check);
