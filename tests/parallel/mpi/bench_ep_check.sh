@@ -2,7 +2,8 @@
 # `mpirun -np NP moe bench --ep` on a skewed synthetic trace, once on contiguous experts (the trace
 # made in place) and once on a placement that `moe eplb` made from the same trace written by
 # `moe trace synth` (replayed with --trace): both must succeed and print sane JSON, and the
-# placement's max/mean load must not exceed the contiguous one's.
+# placement's max/mean load must not exceed the contiguous one's. The file replayed on contiguous
+# experts must give the loads and bytes of the trace made in place.
 #   bench_ep_check.sh MOE CONFIG NP
 set -euo pipefail
 moe=$1 config=$2 np=$3
@@ -17,13 +18,14 @@ bench=(bench --ep --config "$config" --dtypes f32 --threads 1 --repeats 2 --seed
   --out "$dir/placement.json"
 "${mpirun[@]}" "$moe" "${bench[@]}" --tokens "$tokens" --steps "$steps" --zipf "$zipf" \
   >"$dir/contiguous.out"
+"${mpirun[@]}" "$moe" "${bench[@]}" --trace "$dir/trace.safetensors" >"$dir/replayed.out"
 "${mpirun[@]}" "$moe" "${bench[@]}" --trace "$dir/trace.safetensors" \
   --placement "$dir/placement.json" >"$dir/placement.out"
-python3 - "$dir/contiguous.out" "$dir/placement.out" "$np" "$slots" <<'PY'
+python3 - "$dir/contiguous.out" "$dir/replayed.out" "$dir/placement.out" "$np" "$slots" <<'PY'
 import json, sys
 
-contiguous, placement = (json.load(open(path)) for path in sys.argv[1:3])
-np_, slots = int(sys.argv[3]), int(sys.argv[4])
+contiguous, replayed, placement = (json.load(open(path)) for path in sys.argv[1:4])
+np_, slots = int(sys.argv[4]), int(sys.argv[5])
 failures = []
 
 def check(condition, what):
@@ -53,6 +55,10 @@ for name, run in (("contiguous", contiguous), ("placement", placement)):
         check(rank["pairs_received"] == load["pairs_per_rank"][r], f"{name}: rank {r} load")
 
 check(contiguous["placement"] == "contiguous", "contiguous run: placement name")
+# The trace made in place is the one `moe trace synth` wrote: the same loads and bytes.
+for field in ("load", "bytes_per_pass"):
+    check(contiguous["groups"][0][field] == replayed["groups"][0][field],
+          f"{field}: the synthetic trace and its file differ")
 check(placement["num_slots"] == slots, f"placement run: {placement['num_slots']} slots")
 c, p = contiguous["groups"][0], placement["groups"][0]
 check(c["tokens"] == p["tokens"], f"tokens differ: {c['tokens']} vs {p['tokens']}")
