@@ -62,9 +62,11 @@ double median(std::vector<double> values) {
   return values[values.size() / 2];
 }
 
-// One pass's counters summed step by step, with every stage time the median of `timed`.
-EpStepStats pass_totals(const std::vector<EpStepStats>& pass,
-                        const std::vector<EpStepStats>& timed) {
+// `timed` is whole passes of `steps_per_pass` steps. The counters of the first pass summed step
+// by step (every pass routes alike), and each stage's time per pass: the median over the passes
+// of its sum over the pass's steps.
+EpStepStats pass_totals(const std::vector<EpStepStats>& timed, size_t steps_per_pass) {
+  const std::vector<EpStepStats> pass(timed.begin(), timed.begin() + steps_per_pass);
   EpStepStats sum = pass.front();
   const auto add = [](auto& into, const auto& from) {
     for (size_t i = 0; i < into.size(); ++i) into[i] += from[i];
@@ -95,9 +97,9 @@ EpStepStats pass_totals(const std::vector<EpStepStats>& pass,
        {&EpStepStats::route_us, &EpStepStats::dispatch_us, &EpStepStats::experts_us,
         &EpStepStats::shared_us, &EpStepStats::combine_us, &EpStepStats::sum_us,
         &EpStepStats::total_us}) {
-    std::vector<double> values;
-    for (const EpStepStats& st : timed) values.push_back(st.*stage);
-    sum.*stage = median(std::move(values));
+    std::vector<double> per_pass(timed.size() / steps_per_pass, 0.0);
+    for (size_t i = 0; i < timed.size(); ++i) per_pass[i / steps_per_pass] += timed[i].*stage;
+    sum.*stage = median(std::move(per_pass));
   }
   return sum;
 }
@@ -222,14 +224,13 @@ class EpBencher {
     for (int p = 0; p < o_.repeats; ++p) {
       for (RankStep& st : w.steps) timed.push_back(step(st));
     }
-    const std::vector<EpStepStats> first_pass(timed.begin(), timed.begin() + w.steps.size());
 
     EpBenchGroup group;
     group.tokens_per_rank = w.tokens_per_rank;
     group.num_steps = static_cast<int64_t>(w.steps.size());
     group.num_tokens = w.num_tokens;
     group.passes = o_.repeats;
-    group.ranks = gather_summaries(comm_, summarize(pass_totals(first_pass, timed)));
+    group.ranks = gather_summaries(comm_, summarize(pass_totals(timed, w.steps.size())));
     std::vector<double> totals;
     for (const EpStepStats& st : timed) totals.push_back(st.total_us);
     const std::vector<std::vector<double>> every_rank = all_gather_values(comm_, totals);

@@ -9,7 +9,8 @@
 //            EpMoeLayer::forward_routed on every rank.
 //   report   per token count: the median over timed steps of the slowest rank's step time; each
 //            rank's load (pairs its experts served in one pass) and max/mean load; bytes per
-//            pass by peer and domain next to the T*k*H*b bound; median stage times.
+//            pass by peer and domain next to the T*k*H*b bound; stage times per pass (median
+//            over the passes).
 #pragma once
 
 #include <cstdint>

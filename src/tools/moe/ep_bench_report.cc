@@ -60,7 +60,7 @@ void print_ep_bench_group(const EpBenchGroup& g) {
       bound > 0 ? 100.0 * rows_out / bound : 0.0, megabytes(bound));
   fmt::print("{:>4} {:>7} {:>5} {:>7} {:>6} | {:^15} | {:^15} | {:^9} | {:^34}\n", "rank", "load",
              "/mean", "local", "rows", "dispatch MB", "combine MB", "per slot",
-             "median stage times, ms");
+             "stage times per pass, ms");
   fmt::print(
       "{:>4} {:>7} {:>5} {:>7} {:>6} | {:>7} {:>7} | {:>7} {:>7} | {:>9} | {:>6} {:>6} {:>6} "
       "{:>6} {:>6}\n",

@@ -17,8 +17,8 @@ struct EpBenchGroup {
   int64_t num_steps = 0;
   int64_t num_tokens = 0;  // over all ranks and steps of one pass
   int passes = 0;          // timed passes over the steps
-  // Per rank: counters summed over one pass (pairs_received is the rank's load), stage times the
-  // median over the timed steps.
+  // Per rank, over one pass of the steps: counters (pairs_received is the rank's load) and stage
+  // times (the median over the timed passes).
   std::vector<EpRankSummary> ranks;
   std::vector<double> slowest_step_us;  // [passes * steps]: the slowest rank's time of each step
 
