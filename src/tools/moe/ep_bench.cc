@@ -123,22 +123,12 @@ class EpBencher {
     }
     if (comm_.rank() != 0) return;
     if (o_.json) {
-      const nlohmann::json result = {
-          {"model", config_.name},
-          {"ranks", comm_.size()},
-          {"hosts", comm_.num_hosts()},
-          {"communicator", comm_.name()},
-          {"dispatcher", o_.ep.dispatcher},
-          {"two_batch_overlap", o_.ep.overlap},
-          {"placement", o_.ep.placement.empty() ? "contiguous" : o_.ep.placement},
-          {"num_slots", map_->num_slots()},
-          {"hidden_size", config_.experts.hidden_size},
-          {"top_k", config_.routing.top_k},
-          {"dtype", dtype_name(dtype_)},
-          {"threads_per_rank", threads_},
-          {"cpu_isa", cpu_isa_name(isa_)},
-          {"routing", routing_json()},
-          {"groups", groups}};
+      nlohmann::json result = ep_setup_json(config_, comm_, o_.ep, *map_);
+      result["dtype"] = dtype_name(dtype_);
+      result["threads_per_rank"] = threads_;
+      result["cpu_isa"] = cpu_isa_name(isa_);
+      result["routing"] = routing_json();
+      result["groups"] = groups;
       fmt::print("{}\n", result.dump(2));
     }
   }
@@ -262,12 +252,7 @@ class EpBencher {
                config_.experts.hidden_size, config_.experts.intermediate_size,
                config_.routing.num_experts, config_.routing.top_k, dtype_name(dtype_), threads_,
                cpu_isa_name(isa_));
-    fmt::print("  dispatch   {} ({}), two-batch overlap {}\n", o_.ep.dispatcher,
-               o_.ep.dispatcher == "ht" ? "high-throughput" : "low-latency",
-               o_.ep.overlap ? "on" : "off");
-    fmt::print("  placement  {}: {} slots for {} experts\n",
-               o_.ep.placement.empty() ? "contiguous" : o_.ep.placement, map_->num_slots(),
-               map_->num_experts());
+    print_ep_setup(o_.ep, *map_);
     fmt::print("  routing    {}; token t of a step on rank t % {}; router weights 1/k\n",
                o_.trace_path.empty()
                    ? fmt::format("synthetic trace, zipf {}, seed {}", o_.zipf, o_.seed)

@@ -159,6 +159,29 @@ void print_ep_batch(int64_t tokens_per_rank, const std::vector<EpRankSummary>& r
   }
 }
 
+nlohmann::json ep_setup_json(const MoeConfig& config, const Communicator& comm,
+                             const EpSettings& settings, const ExpertMap& map) {
+  return {{"model", config.name},
+          {"ranks", comm.size()},
+          {"hosts", comm.num_hosts()},
+          {"communicator", comm.name()},
+          {"dispatcher", settings.dispatcher},
+          {"two_batch_overlap", settings.overlap},
+          {"placement", settings.placement.empty() ? "contiguous" : settings.placement},
+          {"num_slots", map.num_slots()},
+          {"hidden_size", config.experts.hidden_size},
+          {"top_k", config.routing.top_k}};
+}
+
+void print_ep_setup(const EpSettings& settings, const ExpertMap& map) {
+  fmt::print("  dispatch   {} ({}), two-batch overlap {}\n", settings.dispatcher,
+             settings.dispatcher == "ht" ? "high-throughput" : "low-latency",
+             settings.overlap ? "on" : "off");
+  fmt::print("  placement  {}: {} slots for {} experts\n",
+             settings.placement.empty() ? "contiguous" : settings.placement, map.num_slots(),
+             map.num_experts());
+}
+
 nlohmann::json ep_rank_json(const EpRankSummary& r) {
   return {
       {"tokens", r.tokens},

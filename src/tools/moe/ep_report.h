@@ -8,7 +8,10 @@
 #include <nlohmann/json.hpp>
 
 #include "moe/communicator.h"
+#include "moe/config.h"
 #include "moe/ep_layer.h"
+#include "moe/expert_map.h"
+#include "tools/moe/ep_options.h"
 
 namespace moe::cli {
 
@@ -45,6 +48,14 @@ struct EpCheck {
   double max_rel_error = 0;        // vs the float64 reference
   double error_bound = 0;
 };
+
+// What every --ep command's JSON starts with: the model, the ranks and hosts, the communicator,
+// the dispatcher, two-batch overlap, the placement and its slots, H and k.
+nlohmann::json ep_setup_json(const MoeConfig& config, const Communicator& comm,
+                             const EpSettings& settings, const ExpertMap& map);
+
+// The header lines every --ep command prints for the same settings: dispatch and placement.
+void print_ep_setup(const EpSettings& settings, const ExpertMap& map);
 
 // One rank's summary as the JSON object `moe run --ep` and `moe bench --ep` print per rank.
 nlohmann::json ep_rank_json(const EpRankSummary& rank);

@@ -41,22 +41,12 @@ class EpRunner {
     }
     if (comm_.rank() != 0) return;
     if (o_.json) {
-      const nlohmann::json result = {
-          {"model", config_.name},
-          {"weights", weights_source_},
-          {"ranks", comm_.size()},
-          {"hosts", comm_.num_hosts()},
-          {"communicator", comm_.name()},
-          {"dispatcher", o_.ep.dispatcher},
-          {"two_batch_overlap", o_.ep.overlap},
-          {"placement", o_.ep.placement.empty() ? "contiguous" : o_.ep.placement},
-          {"num_slots", map_->num_slots()},
-          {"hidden_size", config_.experts.hidden_size},
-          {"top_k", config_.routing.top_k},
-          {"dtype", dtype_name(dtype_)},
-          {"threads_per_rank", threads_},
-          {"cpu_isa", cpu_isa_name(isa_)},
-          {"batches", batches}};
+      nlohmann::json result = ep_setup_json(config_, comm_, o_.ep, *map_);
+      result["weights"] = weights_source_;
+      result["dtype"] = dtype_name(dtype_);
+      result["threads_per_rank"] = threads_;
+      result["cpu_isa"] = cpu_isa_name(isa_);
+      result["batches"] = batches;
       fmt::print("{}\n", result.dump(2));
     }
     if (!all_good) {
@@ -99,12 +89,7 @@ class EpRunner {
     fmt::print("  shape      H={} I={} E={} k={}\n", config_.experts.hidden_size,
                config_.experts.intermediate_size, config_.routing.num_experts,
                config_.routing.top_k);
-    fmt::print("  dispatch   {} ({}), two-batch overlap {}\n", o_.ep.dispatcher,
-               o_.ep.dispatcher == "ht" ? "high-throughput" : "low-latency",
-               o_.ep.overlap ? "on" : "off");
-    fmt::print("  placement  {}: {} slots for {} experts\n",
-               o_.ep.placement.empty() ? "contiguous" : o_.ep.placement, map_->num_slots(),
-               map_->num_experts());
+    print_ep_setup(o_.ep, *map_);
     fmt::print("  weights    {}, {:.3f} GB of expert weights on rank 0; threads per rank: {}\n",
                dtype_name(dtype_),
                static_cast<double>(local_.w13.nbytes() + local_.w2.nbytes()) * 1e-9, threads_);

@@ -19,6 +19,7 @@
 #include "moe/error.h"
 #include "moe/nccl_communicator.h"
 #include "tools/moe/batch_report.h"
+#include "tools/moe/ep_report.h"
 #include "tools/moe/ep_report_cuda.h"
 #include "tools/moe/ep_run.h"
 #include "tools/moe/ep_sample.h"
@@ -118,21 +119,12 @@ class CudaEpRunner {
     }
     if (host_.rank() != 0) return;
     if (o_.json) {
-      const nlohmann::json result = {
-          {"model", config_.name},
-          {"weights", weights_source_},
-          {"device", "cuda"},
-          {"ranks", host_.size()},
-          {"hosts", host_.num_hosts()},
-          {"communicator", fmt::format("{} + {}", host_.name(), nccl_->name())},
-          {"dispatcher", o_.ep.dispatcher},
-          {"two_batch_overlap", o_.ep.overlap},
-          {"placement", o_.ep.placement.empty() ? "contiguous" : o_.ep.placement},
-          {"num_slots", map_->num_slots()},
-          {"hidden_size", config_.experts.hidden_size},
-          {"top_k", config_.routing.top_k},
-          {"dtype", "bf16"},
-          {"batches", batches}};
+      nlohmann::json result = ep_setup_json(config_, host_, o_.ep, *map_);
+      result["communicator"] = fmt::format("{} + {}", host_.name(), nccl_->name());
+      result["weights"] = weights_source_;
+      result["device"] = "cuda";
+      result["dtype"] = "bf16";
+      result["batches"] = batches;
       fmt::print("{}\n", result.dump(2));
     }
     if (!all_good) {
@@ -173,12 +165,7 @@ class CudaEpRunner {
     fmt::print("  shape      H={} I={} E={} k={}\n", config_.experts.hidden_size,
                config_.experts.intermediate_size, config_.routing.num_experts,
                config_.routing.top_k);
-    fmt::print("  dispatch   {} ({}), two-batch overlap {}\n", o_.ep.dispatcher,
-               o_.ep.dispatcher == "ht" ? "high-throughput" : "low-latency",
-               o_.ep.overlap ? "on" : "off");
-    fmt::print("  placement  {}: {} slots for {} experts\n",
-               o_.ep.placement.empty() ? "contiguous" : o_.ep.placement, map_->num_slots(),
-               map_->num_experts());
+    print_ep_setup(o_.ep, *map_);
     fmt::print("  weights    bf16, {:.3f} GB of expert weights on rank 0\n",
                static_cast<double>(local_.w13.nbytes() + local_.w2.nbytes()) * 1e-9);
     fmt::print("  gpu        rank 0: device {} ({}); each rank the GPU of its index on its host\n",
