@@ -1,7 +1,5 @@
 #include "tools/moe/ep_bench.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <optional>
 
@@ -139,11 +137,9 @@ class EpBencher {
     if (dtype_ != DType::kF32 && dtype_ != DType::kBF16 && dtype_ != DType::kF16) {
       fail("--dtypes: expected one of f32, bf16 or f16 with --ep; got {}", o_.dtype);
     }
-    if (o_.threads < 0) fail("--threads: expected >= 0 (0 = all cores); got {}", o_.threads);
-    if (o_.repeats < 1) fail("--repeats: expected >= 1; got {}", o_.repeats);
-    isa_ = resolve_cpu_isa(o_.cpu_isa);
-    threads_ = o_.threads > 0 ? o_.threads : omp_get_max_threads();
-    omp_set_num_threads(threads_);
+    const EpCpuSetup cpu = setup_ep_cpu(o_.threads, o_.repeats, o_.cpu_isa);
+    isa_ = cpu.isa;
+    threads_ = cpu.threads;
     EpRunOptions weights;
     weights.preset = o_.preset;
     weights.config_path = o_.config_path;

@@ -1,5 +1,7 @@
 #include "tools/moe/ep_options.h"
 
+#include <omp.h>
+
 #include <fstream>
 
 #include <nlohmann/json.hpp>
@@ -101,6 +103,16 @@ EpOptions ep_options(const EpSettings& s, int64_t tokens_per_rank, int num_threa
   o.num_threads = num_threads;
   o.block_m = block_m;
   return o;
+}
+
+EpCpuSetup setup_ep_cpu(int threads, int repeats, CpuIsa requested) {
+  if (threads < 0) fail("--threads: expected >= 0 (0 = all cores); got {}", threads);
+  if (repeats < 1) fail("--repeats: expected >= 1; got {}", repeats);
+  EpCpuSetup setup;
+  setup.isa = resolve_cpu_isa(requested);
+  setup.threads = threads > 0 ? threads : omp_get_max_threads();
+  omp_set_num_threads(setup.threads);
+  return setup;
 }
 
 }  // namespace moe::cli

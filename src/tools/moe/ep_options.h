@@ -9,6 +9,7 @@
 #include <CLI/CLI.hpp>
 
 #include "moe/communicator.h"
+#include "moe/cpu_isa.h"
 #include "moe/ep_layer.h"
 #include "moe/expert_map.h"
 
@@ -37,6 +38,14 @@ ExpertMap ep_expert_map(const EpSettings& settings, int64_t num_experts, int num
 // leave the capacity to the batch.
 EpOptions ep_options(const EpSettings& settings, int64_t tokens_per_rank, int num_threads,
                      int64_t block_m);
+
+// What the ranks of a CPU --ep command run with: --threads and --repeats checked (moe::Error
+// naming them), the cpu path resolved, and OpenMP set to that many threads (0 = all cores).
+struct EpCpuSetup {
+  CpuIsa isa = CpuIsa::kAuto;
+  int threads = 1;
+};
+EpCpuSetup setup_ep_cpu(int threads, int repeats, CpuIsa requested);
 
 // Runs body(comm) as this process's rank of an MPI job (under mpirun), then finalizes. A
 // moe::Error on a rank is printed as "moe: error: rank R: ..." and ends the whole job with status

@@ -1,7 +1,5 @@
 #include "tools/moe/ep_run.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <cstring>
 #include <optional>
@@ -62,11 +60,9 @@ class EpRunner {
     if (dtype_ != DType::kF32 && dtype_ != DType::kBF16 && dtype_ != DType::kF16) {
       fail("--dtype: expected f32, bf16 or f16; got {}", o_.dtype);
     }
-    if (o_.threads < 0) fail("--threads: expected >= 0 (0 = all cores); got {}", o_.threads);
-    if (o_.repeats < 1) fail("--repeats: expected >= 1; got {}", o_.repeats);
-    isa_ = resolve_cpu_isa(o_.cpu_isa);
-    threads_ = o_.threads > 0 ? o_.threads : omp_get_max_threads();
-    omp_set_num_threads(threads_);
+    const EpCpuSetup cpu = setup_ep_cpu(o_.threads, o_.repeats, o_.cpu_isa);
+    isa_ = cpu.isa;
+    threads_ = cpu.threads;
     // Rank 0 checks samples of every rank's tokens, so it also holds the whole layer.
     const bool checks = comm_.rank() == 0 && o_.check_tokens > 0;
     EpLayerWeights loaded = load_ep_layer_weights(o_, dtype_, comm_.size(), comm_.rank(), checks);
