@@ -121,7 +121,14 @@ TEST_F(CudaFusedExperts, EveryPlanMatchesTheReference) {
   ExpertsCase many_tiles_mapped = bf16_case(1100, 264, 136, 24, 6, 14);
   many_tiles_mapped.routing = testing::Routing::kSkewed;
   many_tiles_mapped.expert_map = true;
-  cases.insert(cases.end(), {skewed, one_expert, mapped, many_tiles, many_tiles_mapped});
+  // Experts with more blocks than tma_dynamic's runs hold (15): its walk cuts them into 16-block
+  // windows, beside experts with a few blocks each.
+  ExpertsCase long_segment = bf16_case(2100, 64, 40, 6, 1, 15);
+  long_segment.routing = testing::Routing::kAllToOneExpert;
+  ExpertsCase long_segments_skewed = bf16_case(1800, 64, 48, 10, 4, 16);
+  long_segments_skewed.routing = testing::Routing::kSkewed;
+  cases.insert(cases.end(), {skewed, one_expert, mapped, many_tiles, many_tiles_mapped,
+                             long_segment, long_segments_skewed});
   std::mt19937_64 rng(7);
   for (int i = 0; i < 12; ++i) {
     const int64_t E = 1 + rng() % 40;

@@ -205,19 +205,33 @@ struct TileWork {
 
 enum class TileKind { kWork, kSkip, kEnd };
 
-// The tiles of the walk, block-major: tile q is column tile q % column_tiles of block group
-// q / column_tiles. A cluster of kCluster thread blocks takes block groups [kCluster g,
+// The tiles of the walk. Static walks go block-major: tile q is column tile q % column_tiles of
+// block group q / column_tiles. A cluster of kCluster thread blocks takes block groups [kCluster g,
 // kCluster (g + 1)); its thread block r works on block kCluster g + r.
-template <int kBlockM, int kCluster>
+// kColumnsFirst (the dynamic walk, whose tiles start in order) orders the tiles of each run of
+// blocks column tile first instead: all blocks of the run on column tile 0, then on column tile 1,
+// and so on, so the thread blocks that read one weight tile start it within a few tiles of each
+// other and all but the first find it in L2. A run is an expert's whole segment of blocks when it
+// has at most kRunBlocks of them, else the segment's share of a kWindowBlocks-aligned window. Runs
+// partition the blocks, so tiles [first block * column_tiles, end block * column_tiles) are still
+// exactly the run's tiles and the walk ends at the same tile.
+constexpr int kWindowBlocks = 16;
+constexpr int kRunBlocks = kWindowBlocks - 1;  // a run one warp can see both ends of
+
+template <int kBlockM, int kCluster, bool kColumnsFirst = false>
 struct TileWalk {
+  static_assert(!kColumnsFirst || kCluster == 1, "clusters take consecutive blocks");
   const GroupedGemmArgs& a;
-  int64_t num_padded, column_tiles, columns_per_tile;
+  int64_t num_padded, column_tiles, columns_per_tile, num_blocks;
 
   __device__ TileWalk(const GroupedGemmArgs& args, int64_t columns_per_tile_)
       : a(args),
         num_padded(*args.num_pairs_post_padded),
         column_tiles((args.out_columns + columns_per_tile_ - 1) / columns_per_tile_),
-        columns_per_tile(columns_per_tile_) {}
+        columns_per_tile(columns_per_tile_),
+        num_blocks((num_padded + kBlockM - 1) / kBlockM) {
+    if (num_blocks > args.max_blocks) num_blocks = args.max_blocks;
+  }
 
   // A local expert's id, or -1: the block is past the end or serves another rank's expert.
   __device__ int32_t local_expert(int64_t block) const {
@@ -228,16 +242,53 @@ struct TileWalk {
 
   // kEnd: `tile` and every later one lie past num_pairs_post_padded. kSkip: no block of its group
   // has rows of a local expert. Otherwise `work` describes this thread block's part.
+  // kColumnsFirst: every lane of the warp must call it together (it votes).
   __device__ TileKind decode(int64_t tile, TileWork& work) const {
-    const int64_t first_block = tile / column_tiles * kCluster;
-    if (first_block >= a.max_blocks || first_block * kBlockM >= num_padded) return TileKind::kEnd;
-    const int64_t block = first_block + (kCluster > 1 ? cluster_rank() : 0);
-    const int32_t expert = local_expert(block);
-    bool any_rows = expert >= 0;
+    if constexpr (kColumnsFirst) {
+      return decode_columns_first(tile, work);
+    } else {
+      const int64_t first_block = tile / column_tiles * kCluster;
+      if (first_block >= a.max_blocks || first_block * kBlockM >= num_padded) {
+        return TileKind::kEnd;
+      }
+      const int64_t block = first_block + (kCluster > 1 ? cluster_rank() : 0);
+      const int32_t expert = local_expert(block);
+      bool any_rows = expert >= 0;
 #pragma unroll
-    for (int r = 0; r < kCluster && !any_rows; ++r) any_rows = local_expert(first_block + r) >= 0;
-    if (!any_rows) return TileKind::kSkip;
-    work = TileWork{block, expert, expert >= 0, (tile % column_tiles) * columns_per_tile};
+      for (int r = 0; r < kCluster && !any_rows; ++r) {
+        any_rows = local_expert(first_block + r) >= 0;
+      }
+      if (!any_rows) return TileKind::kSkip;
+      work = TileWork{block, expert, expert >= 0, (tile % column_tiles) * columns_per_tile};
+      return TileKind::kWork;
+    }
+  }
+
+  __device__ TileKind decode_columns_first(int64_t tile, TileWork& work) const {
+    const int64_t some_block = tile / column_tiles;  // a block of the tile's run
+    if (some_block >= num_blocks) return TileKind::kEnd;
+    // Lane l looks at block some_block - 16 + l: bit 16 of `same` is some_block itself.
+    const int32_t id = a.expert_ids[some_block];
+    const int64_t seen = some_block - 16 + threadIdx.x % 32;
+    const uint32_t same =
+        __ballot_sync(0xffffffffu, seen >= 0 && seen < num_blocks && a.expert_ids[seen] == id);
+    const uint32_t other_below = ~same & 0xffffu;              // bits 0-15
+    const uint32_t other_above = ~same & ~uint32_t{0x1ffffu};  // bits 17-31
+    const int64_t segment_begin =
+        some_block - 16 + (other_below != 0 ? 32 - __clz(static_cast<int>(other_below)) : 0);
+    const int64_t segment_end =
+        some_block - 16 + (other_above != 0 ? __ffs(static_cast<int>(other_above)) - 1 : 32);
+    int64_t begin = segment_begin, end = segment_end;
+    if (other_below == 0 || other_above == 0 || end - begin > kRunBlocks) {
+      const int64_t window = some_block / kWindowBlocks * kWindowBlocks;
+      if (begin < window) begin = window;
+      if (end > window + kWindowBlocks) end = window + kWindowBlocks;
+    }
+    const int64_t within = tile - begin * column_tiles;
+    const int64_t block = begin + within % (end - begin);
+    const int32_t expert = id >= 0 && id < a.num_local_experts ? id : -1;
+    if (expert < 0) return TileKind::kSkip;
+    work = TileWork{block, expert, true, within / (end - begin) * columns_per_tile};
     return TileKind::kWork;
   }
 };
@@ -246,7 +297,7 @@ struct TileWalk {
 // kCluster, then a grid's worth of tiles further each time. Both sides (and every thread block of
 // a cluster) run it and so see the same sequence.
 template <int kBlockM, int kCluster, typename Body>
-__device__ __forceinline__ void for_each_tile(const TileWalk<kBlockM, kCluster>& walk,
+__device__ __forceinline__ void for_each_tile(const TileWalk<kBlockM, kCluster, false>& walk,
                                               Body&& body) {
   for (int64_t tile = blockIdx.x / kCluster;; tile += gridDim.x / kCluster) {
     TileWork work;
@@ -272,6 +323,7 @@ __global__ void __launch_bounds__(TmaTile<kBlockM>::kThreads, 1)
   static_assert(!kDynamic || kCluster == 1,
                 "the thread blocks of a cluster would each take a tile");
   constexpr int kStages = Tile::kStages;
+  constexpr bool kSplitRows = Tile::kSplitN == 1;  // block_m 128: each warpgroup takes 64 rows
   constexpr int64_t kColumnsPerTile = kGated ? kTileN / 2 : kTileN;
   extern __shared__ unsigned char shared_raw[];
   __shared__ __align__(8) uint64_t full[kStages];   // stage landed: A copies and B bytes
@@ -280,6 +332,8 @@ __global__ void __launch_bounds__(TmaTile<kBlockM>::kThreads, 1)
   // producer's thread 0 took last, for the other producer threads.
   __shared__ int32_t stage_tile[kStages];
   __shared__ int32_t taken_tile;
+  // block_m 128: whether the tile whose first stage a stage holds has no rows past its first 64.
+  __shared__ bool stage_upper_rows_empty[kStages];
   // TMA's swizzle and the wgmma descriptors both assume 1024-byte aligned tiles.
   const uint32_t base = (shared_address(shared_raw) + 1023) & ~1023u;
   const uint32_t full_base = shared_address(full), empty_base = shared_address(empty);
@@ -308,7 +362,7 @@ __global__ void __launch_bounds__(TmaTile<kBlockM>::kThreads, 1)
   const int64_t K = a.k_dim, columns = a.out_columns;
   const int k_tiles = static_cast<int>((K + kTileK - 1) / kTileK);
   Ring<kStages> ring;
-  const TileWalk<kBlockM, kCluster> walk(a, kColumnsPerTile);
+  const TileWalk<kBlockM, kCluster, kDynamic> walk(a, kColumnsPerTile);
 
   if (threadIdx.x < kProducerThreads) {
     // ---- Producer: weight boxes by TMA (thread 0), input rows by cp.async (all 128). ----
@@ -347,6 +401,12 @@ __global__ void __launch_bounds__(TmaTile<kBlockM>::kThreads, 1)
         const int k0 = kt * kTileK;
         if (t == 0) {
           if (kDynamic && kt == 0) stage_tile[ring.stage] = static_cast<int32_t>(tile);
+          if constexpr (kSplitRows) {
+            // Row 64 is this thread's source_row[4]; a block holds its expert's pairs first, then
+            // padding, so that row tells whether the upper half holds any.
+            static_assert(Tile::kWarpGroupRows == 16 * 4, "row 64 is thread 0's fifth row");
+            if (kt == 0) stage_upper_rows_empty[ring.stage] = source_row[4] < 0;
+          }
           barrier_arrive_expect_bytes(full_barrier(ring.stage), Tile::kBBytes);
 #pragma unroll
           for (int j = 0; j < kTileN; j += kBoxRows) {
@@ -404,7 +464,6 @@ __global__ void __launch_bounds__(TmaTile<kBlockM>::kThreads, 1)
   grow_registers<Tile::kConsumerRegisters>();
   const int warp_group = (threadIdx.x - kProducerThreads) / 128;  // 0 or 1
   const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
-  constexpr bool kSplitRows = Tile::kSplitN == 1;
   const uint32_t a_offset = kSplitRows ? warp_group * Tile::kWarpGroupRows * kRowBytes : 0;
   const uint32_t b_offset = kSplitRows ? 0 : warp_group * Tile::kWarpGroupN * kRowBytes;
   // Accumulator i of a thread: row 16 * warp + lane / 4 (+ 8 for i % 4 >= 2), column
@@ -429,9 +488,19 @@ __global__ void __launch_bounds__(TmaTile<kBlockM>::kThreads, 1)
   };
 
   auto consume = [&](const TileWork& work) {
-    if (!work.rows) {
-      // No rows here: take each (empty) stage and free it, so every thread block of the cluster
-      // uses every stage equally often.
+    // block_m 128: the upper warpgroup of a block with at most 64 rows (often the last block of
+    // an expert) has nothing to compute; it only takes and frees the stages, and the lower one has
+    // the tensor cores to itself. The producer's flag arrives with the first stage, so the wait
+    // for it is the one the mainloop would start with (decided here, before the mainloop: a
+    // branch inside it makes ptxas serialize the wgmma instructions).
+    bool idle = !work.rows;
+    if (kSplitRows && !idle && k_tiles > 0) {
+      barrier_wait(full_barrier(ring.stage), ring.phase);
+      idle = warp_group == 1 && stage_upper_rows_empty[ring.stage];
+    }
+    if (idle) {
+      // No rows here: take each stage and free it, so every consumer warp (and every thread block
+      // of a cluster) uses every stage equally often.
       for (int kt = 0; kt < k_tiles; ++kt, ring.advance()) {
         barrier_wait(full_barrier(ring.stage), ring.phase);
         free_stage(ring.stage);
