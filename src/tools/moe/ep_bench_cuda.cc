@@ -6,7 +6,8 @@
 // warm-up pass that also counts the pairs each slot serves (count_served_pairs), whose counters
 // the report gives, then --repeats passes timed by the layer's CUDA events, without counting. The
 // GPU layer's stats are put in the CPU layer's form (EpStepStats), so both benches share one
-// reduction and one report.
+// reduction and one report. A config's shared experts (DeepSeek-V3's) are left out, and the report
+// says so: CudaEpLayer runs the routed experts only.
 #include <cuda_runtime_api.h>
 
 #include <memory>
@@ -133,6 +134,7 @@ class CudaEpBencher {
       result["gpu"] = gpu_name();
       result["dtype"] = "bf16";
       result["weights"] = "synthetic, drawn on the GPU";
+      result["shared_experts_left_out"] = shared_left_out_ > 0;
       result["routing"] = ep_bench_routing_json(o_);
       result["groups"] = groups;
       fmt::print("{}\n", result.dump(2));
@@ -143,6 +145,11 @@ class CudaEpBencher {
   void load() {
     gpu_ = take_gpu_of_this_rank(host_);
     config_ = o_.config_path.empty() ? preset_config(o_.preset) : load_hf_config(o_.config_path);
+    // CudaEpLayer runs the routed experts only, what expert parallelism moves; the shared ones
+    // (DeepSeek-V3's) are left out and the report says so.
+    shared_left_out_ = config_.experts.shared_intermediate_size;
+    config_.experts.shared_intermediate_size = 0;
+    config_.experts.shared_gate = false;
     map_.emplace(ep_expert_map(o_.ep, config_.routing.num_experts, host_.size()));
     nccl_ = make_nccl_communicator(host_, {.device = gpu_});
   }
@@ -159,9 +166,13 @@ class CudaEpBencher {
         "GPUs on {} host{} ({} + {})\n",
         config_.name, host_.size(), host_.num_hosts(), host_.num_hosts() > 1 ? "s" : "",
         host_.name(), nccl_->name());
-    fmt::print("  shape      H={} I={} E={} k={}\n", config_.experts.hidden_size,
+    fmt::print("  shape      H={} I={} E={} k={}{}\n", config_.experts.hidden_size,
                config_.experts.intermediate_size, config_.routing.num_experts,
-               config_.routing.top_k);
+               config_.routing.top_k,
+               shared_left_out_ > 0
+                   ? fmt::format("; routed experts only (the shared experts, I={}, not run)",
+                                 shared_left_out_)
+                   : "");
     print_ep_setup(o_.ep, *map_);
     fmt::print("  gpu        rank 0: device {} ({}); each rank the GPU of its index on its host\n",
                gpu_, gpu_name());
@@ -214,6 +225,7 @@ class CudaEpBencher {
   int gpu_ = 0;
   std::unique_ptr<Communicator> nccl_;
   MoeConfig config_;
+  int64_t shared_left_out_ = 0;  // the config's shared experts' intermediate size
   std::optional<ExpertMap> map_;
 };
 

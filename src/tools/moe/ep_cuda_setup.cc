@@ -64,6 +64,7 @@ DeviceTensor::DeviceTensor(DType dtype, Shape shape) : dtype_(dtype), shape_(std
 
 DeviceTensor::DeviceTensor(const TensorView& host) : DeviceTensor(host.dtype, host.shape) {
   if (!host.is_contiguous()) fail("DeviceTensor: expected a contiguous host tensor");
+  if (host.nbytes() == 0) return;  // an empty vector's data() may be null
   check(cudaMemcpy(buffer_.data(), host.data, host.nbytes(), cudaMemcpyHostToDevice),
         "cudaMemcpy (to the GPU)");
 }
