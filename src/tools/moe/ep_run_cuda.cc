@@ -7,7 +7,6 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <chrono>
 #include <memory>
 #include <optional>
 
