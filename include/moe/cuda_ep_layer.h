@@ -79,6 +79,9 @@ struct CudaEpStats {
   std::vector<int64_t> bytes_sent, bytes_received;
   TrafficSplit sent, received;  // the same by domain (moe/ep_layer.h): self, same host, cross host
   int64_t bytes_to_peers = 0;   // sent.same_host + sent.cross_host
+  // Pairs each of this rank's slots served, in its local slot order: counted only in steps run
+  // with count_served_pairs(true), empty otherwise.
+  std::vector<int64_t> pairs_per_local_slot;
   // GPU times of the stages in microseconds (forward / forward_routed only; two-batch steps have
   // route and total only: their stages overlap).
   double route_us = 0, dispatch_us = 0, experts_us = 0, combine_us = 0, total_us = 0;
@@ -145,6 +148,12 @@ class CudaEpLayer {
   // reports both micro-batches.
   void two_batch_step(const TensorView& hidden, const TensorView& topk_ids,
                       const TensorView& topk_weights, const TensorView& out);
+
+  // From the next step on, count the pairs each local slot serves (CudaEpStats::
+  // pairs_per_local_slot): a small kernel over the received ids after the experts, inside their
+  // time, so benchmarks count in an untimed step. Off at construction. Local to this rank: its
+  // peers need not do the same.
+  void count_served_pairs(bool on);
 
   void* stream() const;  // the cudaStream_t every stage runs on
   const MoeConfig& config() const { return config_; }

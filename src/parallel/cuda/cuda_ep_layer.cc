@@ -21,6 +21,7 @@
 #include "parallel/cuda/data_path.h"
 #include "parallel/cuda/ipc_buffers.h"
 #include "parallel/cuda/replica_choice.h"
+#include "parallel/cuda/served_pairs.h"
 #include "parallel/dispatch_plan.h"
 #include "parallel/traffic.h"
 
@@ -172,6 +173,8 @@ struct Lane {
   cuda::ExpertsRunner experts;
   cuda::DeviceBuffer slot_ids;  // replica choice: each pair's slot
   int64_t num_tokens = 0;
+  cuda::DeviceBuffer served_pairs;  // [local slots] int32: pairs counted in this lane's step
+  bool counted = false;             // this lane's step queued the count
 };
 
 struct CudaEpLayer::State {
@@ -193,6 +196,7 @@ struct CudaEpLayer::State {
   int multiprocessors = 0;
   std::array<Lane, 2> lanes;  // lanes[1] only with two_batch_overlap
   int lanes_in_step = 1;      // what finish_step reports
+  bool count_pairs = false;   // count_served_pairs
   CudaEpStats stats;
   int64_t num_tokens = 0;
   StepEvents events;
@@ -202,7 +206,8 @@ struct CudaEpLayer::State {
   State(ExpertMap m, Communicator& h) : map(std::move(m)), host(h) {}
   // Everything but the expert weights and the router: stream, maps, the data path.
   void connect(const MoeConfig& config, const CudaEpOptions& options, Communicator* device_comm);
-  // The stages of one micro-batch on its lane's stream.
+  // The stages of one micro-batch on its lane's stream; experts also counts the served pairs
+  // when count_pairs is on.
   void dispatch(Lane& lane, const MoeConfig& config, const void* hidden, const int32_t* ids,
                 const float* weights, int64_t num_tokens);
   void experts(Lane& lane, const MoeConfig& config, const CudaEpOptions& options,
@@ -355,6 +360,7 @@ CudaEpLayer::CudaEpLayer(CudaEpLayer&&) noexcept = default;
 CudaEpLayer& CudaEpLayer::operator=(CudaEpLayer&&) noexcept = default;
 
 void* CudaEpLayer::stream() const { return state_->lanes[0].stream; }
+void CudaEpLayer::count_served_pairs(bool on) { state_->count_pairs = on; }
 const ExpertMap& CudaEpLayer::expert_map() const { return state_->map; }
 const CudaEpStats& CudaEpLayer::last_stats() const { return state_->stats; }
 
@@ -362,6 +368,7 @@ void CudaEpLayer::State::dispatch(Lane& lane, const MoeConfig& config, const voi
                                   const int32_t* ids, const float* weights, int64_t num_tokens) {
   const int64_t k = config.routing.top_k;
   lane.num_tokens = num_tokens;
+  lane.counted = false;
   if (choose_slots) {
     // Grows only with M: a step replayed in a graph finds the buffer in place.
     lane.slot_ids.reserve(static_cast<size_t>(std::max<int64_t>(num_tokens * k, 1)) *
@@ -411,6 +418,20 @@ void CudaEpLayer::State::experts(Lane& lane, const MoeConfig& config, const Cuda
   }
   plan.max_multiprocessors = max_multiprocessors;
   lane.experts.run(problem, plan, lane.stream);
+  if (!count_pairs) return;
+  // The experts read in.ids in place; a peer may overwrite them only after this rank's combine.
+  lane.served_pairs.reserve(static_cast<size_t>(std::max<int64_t>(num_local, 1)) * sizeof(int32_t));
+  check(cudaMemsetAsync(lane.served_pairs.data(), 0,
+                        static_cast<size_t>(num_local) * sizeof(int32_t), lane.stream),
+        "cudaMemsetAsync (served pairs)");
+  cuda::ep::ServedPairsArgs count;
+  count.ids = in.ids;
+  count.num_ids = in.num_rows * problem.top_k;
+  count.local_of_slot = static_cast<const int32_t*>(kernel_map.data());
+  count.num_slots = map.num_slots();
+  count.counts = static_cast<int32_t*>(lane.served_pairs.data());
+  cuda::ep::count_served_pairs(count, lane.stream);
+  lane.counted = true;
 }
 
 void CudaEpLayer::dispatch(const TensorView& hidden, const TensorView& topk_ids,
@@ -524,6 +545,20 @@ void CudaEpLayer::finish_step() {
   s.stats.sent = parallel::split_by_domain(s.stats.bytes_sent, s.host);
   s.stats.received = parallel::split_by_domain(s.stats.bytes_received, s.host);
   s.stats.bytes_to_peers = s.stats.sent.same_host + s.stats.sent.cross_host;
+  bool counted = true;
+  for (int l = 0; l < s.lanes_in_step; ++l)
+    counted = counted && s.lanes[static_cast<size_t>(l)].counted;
+  if (!counted) return;
+  s.stats.pairs_per_local_slot.assign(static_cast<size_t>(s.num_local), 0);
+  std::vector<int32_t> lane_pairs(static_cast<size_t>(s.num_local));
+  for (int l = 0; l < s.lanes_in_step; ++l) {
+    const Lane& lane = s.lanes[static_cast<size_t>(l)];
+    check(cudaMemcpyAsync(lane_pairs.data(), lane.served_pairs.data(),
+                          lane_pairs.size() * sizeof(int32_t), cudaMemcpyDeviceToHost, lane.stream),
+          "cudaMemcpyAsync (served pairs)");
+    check(cudaStreamSynchronize(lane.stream), "cudaStreamSynchronize (served pairs)");
+    for (size_t i = 0; i < lane_pairs.size(); ++i) s.stats.pairs_per_local_slot[i] += lane_pairs[i];
+  }
 }
 
 void CudaEpLayer::forward_routed(const TensorView& hidden, const TensorView& topk_ids,

@@ -5,7 +5,8 @@
 // uniform random top-k routing and the next of several copies of the layer's weights, so weights
 // stream from memory as in a model of many layers. Next to it: the floor from this run's own
 // streaming-read bandwidth and the path's own peak, and the fraction of the floor reached.
-// With --ep, one layer end to end over MPI ranks on a routing trace instead (ep_bench.h).
+// With --ep, one layer end to end over MPI ranks (CPU, or one GPU each with --device cuda) on a
+// routing trace instead (ep_bench.h).
 #include <omp.h>
 
 #include <algorithm>
@@ -64,13 +65,10 @@ struct BenchOptions {
   int64_t steps = 4;
 };
 
-// The --ep mode: one layer end to end over MPI ranks on a routing trace (ep_bench.h).
+// The --ep mode: one layer end to end over MPI ranks, CPU or GPU, on a routing trace (ep_bench.h).
+// What neither device takes is refused here, before any MPI work; what one device does not take,
+// by that device's bench.
 void bench_ep_command(const BenchOptions& o) {
-  if (o.device == "cuda") {
-    fail(
-        "moe bench --ep --device cuda: not available; the GPU expert-parallel benchmark is "
-        "`mpirun -np N moe run --ep --device cuda` or the moe_bench_cuda_ep benchmark for now");
-  }
   if (o.csv) fail("--csv: moe bench --ep prints a table or --json");
   if (o.sweep || !o.plans.empty() || !o.output.empty()) {
     fail("--sweep, --plans and --output belong to --device cuda");
@@ -98,7 +96,11 @@ void bench_ep_command(const BenchOptions& o) {
   ep.zipf = o.zipf;
   ep.steps = o.steps;
   ep.ep = o.ep;
-  bench_ep(ep);
+  if (o.device == "cuda") {
+    bench_ep_cuda(ep);
+  } else {
+    bench_ep(ep);
+  }
 }
 
 // The GPU sweep, with its own defaults where the CPU's were not overridden: tokens up to 16384
@@ -301,7 +303,8 @@ void add_bench_command(CLI::App& app) {
       "bench",
       "Time the experts of one layer over token counts (CPU: weight dtypes and instruction-set "
       "paths; CUDA: kernel plans), next to the floor from this machine's measured bandwidth and "
-      "peak; with --ep, one layer end to end over MPI ranks on a routing trace");
+      "peak; with --ep, one layer end to end over MPI ranks (CPU, or one GPU each with --device "
+      "cuda) on a routing trace");
   cmd->add_option("--preset", options->preset, "Built-in model preset")
       ->capture_default_str()
       ->check(CLI::IsMember(preset_names()));
@@ -347,7 +350,8 @@ void add_bench_command(CLI::App& app) {
   CLI::Option* json = cmd->add_flag("--json", options->json, "Print one JSON object");
   cmd->add_flag("--csv", options->csv, "Print CSV, one line per point")->excludes(json);
   cmd->add_option("--device", options->device,
-                  "cpu, or cuda: the GPU kernels as CUDA-graph replays (tokens 1 to 16384)")
+                  "cpu, or cuda: the GPU kernels as CUDA-graph replays (tokens 1 to 16384); with "
+                  "--ep, CudaEpLayer on one GPU per rank")
       ->capture_default_str()
       ->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_flag("--sweep", options->sweep, "cuda: also time every kernel plan that can run");

@@ -1,16 +1,15 @@
-// `moe bench --ep`: one MoE layer end to end with expert parallelism on CPU ranks (mpirun -np N),
-// driven by a routing trace instead of the router, so that a skewed load can be replayed on the
-// contiguous expert map and on an EPLB placement alike:
+// `moe bench --ep`: one MoE layer end to end with expert parallelism (mpirun -np N), on CPU
+// ranks (EpMoeLayer) or one GPU per rank (CudaEpLayer, --device cuda), driven by a routing trace
+// instead of the router, so that a skewed load can be replayed on the contiguous expert map and
+// on an EPLB placement alike:
 //   routing  a trace file's layer (`moe trace`), or a synthetic trace made in place per token
-//            count (synthesize_trace, Zipf-skewed). Each trace step is one EP step; token t of
-//            a step (counted from the step's first token) lives on rank t % N. The router
-//            weights are uniform, 1/k per pair: they change no count or time, only the values.
-//   timing   a warm-up pass over the steps, then --repeats passes; each step runs
-//            EpMoeLayer::forward_routed on every rank.
+//            count (ep_workload.h).
+//   timing   a warm-up pass over the steps, then --repeats passes; each step runs the layer's
+//            forward_routed on every rank (GPU: its stage times are CUDA events).
 //   report   per token count: the median over timed steps of the slowest rank's step time; each
 //            rank's load (pairs its experts served in one pass) and max/mean load; bytes per
 //            pass by peer and domain next to the T*k*H*b bound; stage times per pass (median
-//            over the passes).
+//            over the passes) (ep_bench_report.h).
 #pragma once
 
 #include <cstdint>
@@ -43,5 +42,12 @@ struct EpBenchOptions {
 // Runs the benchmark as this process's rank of an MPI job; rank 0 prints the report. Throws
 // moe::Error naming the option or file at fault.
 void bench_ep(const EpBenchOptions& options);
+
+// The same on CudaEpLayer, one GPU per rank (its index among its host's ranks), bf16, the weights
+// drawn on the GPU; the GPU counts the pairs each slot serves in the warm-up pass, which gives
+// the counters. Throws moe::Error, before any MPI or GPU work, on the options the GPU layer does
+// not take (another dtype, a CPU path or threads, --ranks-per-host), and in a build without
+// moe::cuda_ep (CUDA, MPI and NCCL).
+void bench_ep_cuda(const EpBenchOptions& options);
 
 }  // namespace moe::cli

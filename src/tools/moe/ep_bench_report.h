@@ -1,6 +1,7 @@
-// What `moe bench --ep` reports for one token count (or a trace file's steps): the slowest rank's
-// step time, each rank's load and max/mean load, bytes by domain next to the T*k*H*b bound, and
-// median stage times; as a table or JSON.
+// What `moe bench --ep` reports for one token count (or a trace file's steps), on CPU ranks and
+// GPUs alike: the slowest rank's step time, each rank's load and max/mean load (by rank and by
+// slot), bytes sent and received by domain next to the T*k*H*b bound, and median stage times; as
+// a table or JSON. What a layer does not measure (kNotMeasured) shows as "-" and null.
 #pragma once
 
 #include <cstdint>
@@ -26,6 +27,10 @@ struct EpBenchGroup {
   double mean_load() const;
   double max_load() const;
   double max_over_mean_load() const;  // 0 when no pair was served
+  // The same over every slot of every rank: the busiest slot against the mean slot.
+  double mean_slot_load() const;
+  double max_slot_load() const;
+  double max_over_mean_slot_load() const;
 };
 
 void print_ep_bench_group(const EpBenchGroup& group);

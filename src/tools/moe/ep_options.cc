@@ -35,6 +35,10 @@ void add_ep_options(CLI::App* cmd, EpSettings& s) {
                 "Two-batch overlap: split each batch in two so one half's dispatch and combine "
                 "run while the other half's experts compute")
       ->needs(ep);
+  cmd->add_flag("--over-nccl", s.over_nccl,
+                "--device cuda with --dispatcher ht: move the rows through NCCL even where the "
+                "GPUs reach each other peer to peer (the path across hosts)")
+      ->needs(ep);
   cmd->add_option("--timeout-ms", s.timeout_ms,
                   "Fail a step whose peers have not answered after this long")
       ->capture_default_str()
@@ -93,13 +97,24 @@ ExpertMap ep_expert_map(const EpSettings& s, int64_t num_experts, int num_ranks)
   return ExpertMap::from_phy2log(phy2log, num_experts, num_ranks);
 }
 
+int64_t low_latency_capacity(const EpSettings& s, int64_t tokens_per_rank) {
+  return s.low_latency_capacity > 0 ? s.low_latency_capacity
+                                    : std::max<int64_t>(tokens_per_rank, 1);
+}
+
+void check_cpu_ep_settings(const EpSettings& s) {
+  if (s.over_nccl) {
+    fail("--over-nccl: the CPU ranks move rows through MPI; the flag belongs to --device cuda");
+  }
+}
+
 EpOptions ep_options(const EpSettings& s, int64_t tokens_per_rank, int num_threads,
                      int64_t block_m) {
+  check_cpu_ep_settings(s);
   EpOptions o;
   o.dispatcher = parse_dispatcher(s.dispatcher);
   o.two_batch_overlap = s.overlap;
-  o.low_latency_capacity =
-      s.low_latency_capacity > 0 ? s.low_latency_capacity : std::max<int64_t>(tokens_per_rank, 1);
+  o.low_latency_capacity = low_latency_capacity(s, tokens_per_rank);
   o.num_threads = num_threads;
   o.block_m = block_m;
   return o;

@@ -1,5 +1,5 @@
-// The --ep mode shared by `moe run` and `moe forward`: its options, the expert map they name, and
-// running the command as one rank of an MPI job.
+// The --ep mode shared by `moe run`, `moe forward` and `moe bench`: its options, the expert map
+// they name, and running the command as one rank of an MPI job.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +22,7 @@ struct EpSettings {
   int64_t placement_layer = 0;
   int64_t low_latency_capacity = 0;  // 0 = the batch's tokens per rank (never overflows)
   bool overlap = false;
+  bool over_nccl = false;  // --device cuda, ht: rows through NCCL even where GPUs reach each other
   int64_t timeout_ms = 30000;
   int ranks_per_host = 0;
 };
@@ -34,8 +35,14 @@ void add_ep_options(CLI::App* cmd, EpSettings& settings);
 // num_logical_experts num_experts). Throws moe::Error naming the file and the field.
 ExpertMap ep_expert_map(const EpSettings& settings, int64_t num_experts, int num_ranks);
 
-// EpOptions from the settings; tokens_per_rank sizes the low-latency buffers when the settings
-// leave the capacity to the batch.
+// The low-latency buffers' rows per (source, destination): --ll-capacity, or tokens_per_rank
+// (which never overflows) when the settings leave it to the batch.
+int64_t low_latency_capacity(const EpSettings& settings, int64_t tokens_per_rank);
+
+// Refuses the settings only GPUs take (--over-nccl), by name.
+void check_cpu_ep_settings(const EpSettings& settings);
+
+// EpOptions of the CPU ranks from the settings (checked as check_cpu_ep_settings does).
 EpOptions ep_options(const EpSettings& settings, int64_t tokens_per_rank, int num_threads,
                      int64_t block_m);
 

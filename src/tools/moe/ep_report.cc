@@ -1,8 +1,11 @@
 #include "tools/moe/ep_report.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include <fmt/format.h>
+
+#include "parallel/traffic.h"
 
 namespace moe::cli {
 
@@ -16,10 +19,15 @@ constexpr double EpRankSummary::*kScalars[] = {
     &EpRankSummary::rows_sent,
     &EpRankSummary::pairs_received,
     &EpRankSummary::upper_bound_bytes,
+    &EpRankSummary::dispatch_self,
     &EpRankSummary::dispatch_same_host,
     &EpRankSummary::dispatch_cross_host,
+    &EpRankSummary::combine_self,
     &EpRankSummary::combine_same_host,
     &EpRankSummary::combine_cross_host,
+    &EpRankSummary::received_self,
+    &EpRankSummary::received_same_host,
+    &EpRankSummary::received_cross_host,
     &EpRankSummary::rows_self,
     &EpRankSummary::rows_same_host,
     &EpRankSummary::rows_cross_host,
@@ -39,16 +47,23 @@ constexpr size_t kNumScalars = std::size(kScalars);
 double megabytes(double bytes) { return bytes * 1e-6; }
 double milliseconds(double us) { return us * 1e-3; }
 
+nlohmann::json value_json(double value) {
+  return measured(value) ? nlohmann::json(value) : nlohmann::json(nullptr);
+}
+
 }  // namespace
+
+bool measured(double value) { return !std::isnan(value); }
 
 double EpRankSummary::link_gb_per_s() const {
   const double bytes =
       dispatch_same_host + dispatch_cross_host + combine_same_host + combine_cross_host;
   const double seconds = (dispatch_us + combine_us) * 1e-6;
+  if (!measured(seconds)) return kNotMeasured;
   return seconds > 0 ? bytes / seconds * 1e-9 : 0.0;
 }
 
-EpRankSummary summarize(const EpStepStats& s) {
+EpRankSummary summarize(const EpStepStats& s, const Communicator& comm) {
   EpRankSummary r;
   r.tokens = static_cast<double>(s.num_tokens);
   r.pairs = static_cast<double>(s.num_pairs);
@@ -56,10 +71,20 @@ EpRankSummary summarize(const EpStepStats& s) {
   r.rows_sent = static_cast<double>(s.rows_sent);
   r.pairs_received = static_cast<double>(s.pairs_received);
   r.upper_bound_bytes = static_cast<double>(s.upper_bound_bytes);
+  r.dispatch_self = static_cast<double>(s.dispatch_sent.self);
   r.dispatch_same_host = static_cast<double>(s.dispatch_sent.same_host);
   r.dispatch_cross_host = static_cast<double>(s.dispatch_sent.cross_host);
+  r.combine_self = static_cast<double>(s.combine_sent.self);
   r.combine_same_host = static_cast<double>(s.combine_sent.same_host);
   r.combine_cross_host = static_cast<double>(s.combine_sent.cross_host);
+  std::vector<int64_t> received = s.dispatch_bytes_received;
+  for (size_t p = 0; p < received.size() && p < s.combine_bytes_received.size(); ++p) {
+    received[p] += s.combine_bytes_received[p];
+  }
+  const TrafficSplit from = parallel::split_by_domain(received, comm);
+  r.received_self = static_cast<double>(from.self);
+  r.received_same_host = static_cast<double>(from.same_host);
+  r.received_cross_host = static_cast<double>(from.cross_host);
   r.rows_self = static_cast<double>(s.row_payload.self);
   r.rows_same_host = static_cast<double>(s.row_payload.same_host);
   r.rows_cross_host = static_cast<double>(s.row_payload.cross_host);
@@ -167,6 +192,7 @@ nlohmann::json ep_setup_json(const MoeConfig& config, const Communicator& comm,
           {"communicator", comm.name()},
           {"dispatcher", settings.dispatcher},
           {"two_batch_overlap", settings.overlap},
+          {"over_nccl", settings.over_nccl},
           {"placement", settings.placement.empty() ? "contiguous" : settings.placement},
           {"num_slots", map.num_slots()},
           {"hidden_size", config.experts.hidden_size},
@@ -174,9 +200,9 @@ nlohmann::json ep_setup_json(const MoeConfig& config, const Communicator& comm,
 }
 
 void print_ep_setup(const EpSettings& settings, const ExpertMap& map) {
-  fmt::print("  dispatch   {} ({}), two-batch overlap {}\n", settings.dispatcher,
+  fmt::print("  dispatch   {} ({}{}), two-batch overlap {}\n", settings.dispatcher,
              settings.dispatcher == "ht" ? "high-throughput" : "low-latency",
-             settings.overlap ? "on" : "off");
+             settings.over_nccl ? ", over NCCL" : "", settings.overlap ? "on" : "off");
   fmt::print("  placement  {}: {} slots for {} experts\n",
              settings.placement.empty() ? "contiguous" : settings.placement, map.num_slots(),
              map.num_experts());
@@ -186,30 +212,36 @@ nlohmann::json ep_rank_json(const EpRankSummary& r) {
   return {
       {"tokens", r.tokens},
       {"pairs", r.pairs},
-      {"local_pairs", r.local_pairs},
+      {"local_pairs", value_json(r.local_pairs)},
       {"rows_sent", r.rows_sent},
       {"row_payload_bytes",
        {{"self", r.rows_self}, {"same_host", r.rows_same_host}, {"cross_host", r.rows_cross_host}}},
       {"upper_bound_bytes", r.upper_bound_bytes},
       {"dispatch_bytes_sent",
-       {{"same_host", r.dispatch_same_host},
+       {{"self", r.dispatch_self},
+        {"same_host", r.dispatch_same_host},
         {"cross_host", r.dispatch_cross_host},
         {"per_peer", r.dispatch_sent}}},
       {"combine_bytes_sent",
-       {{"same_host", r.combine_same_host},
+       {{"self", r.combine_self},
+        {"same_host", r.combine_same_host},
         {"cross_host", r.combine_cross_host},
         {"per_peer", r.combine_sent}}},
+      {"bytes_received",
+       {{"self", r.received_self},
+        {"same_host", r.received_same_host},
+        {"cross_host", r.received_cross_host}}},
       {"pairs_received", r.pairs_received},
       {"pairs_per_local_slot", {{"min", r.min_slot_pairs}, {"max", r.max_slot_pairs}}},
       {"stages_us",
-       {{"route", r.route_us},
-        {"dispatch", r.dispatch_us},
-        {"experts", r.experts_us},
-        {"shared", r.shared_us},
-        {"combine", r.combine_us},
-        {"sum", r.sum_us},
+       {{"route", value_json(r.route_us)},
+        {"dispatch", value_json(r.dispatch_us)},
+        {"experts", value_json(r.experts_us)},
+        {"shared", value_json(r.shared_us)},
+        {"combine", value_json(r.combine_us)},
+        {"sum", value_json(r.sum_us)},
         {"total", r.total_us}}},
-      {"link_gb_per_s", r.link_gb_per_s()}};
+      {"link_gb_per_s", value_json(r.link_gb_per_s())}};
 }
 
 nlohmann::json ep_batch_json(int64_t tokens_per_rank, const std::vector<EpRankSummary>& ranks,

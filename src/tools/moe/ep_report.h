@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -15,23 +16,32 @@
 
 namespace moe::cli {
 
-// One rank's counters of one step, in a form that travels as doubles.
+// A counter or time a layer does not measure (the GPU layer's pairs served in place, its sum apart
+// from combine, the stages of its two-batch steps): "-" in tables, null in JSON.
+inline constexpr double kNotMeasured = std::numeric_limits<double>::quiet_NaN();
+bool measured(double value);
+
+// One rank's counters of one step, in a form that travels as doubles. Bytes to `self` are a copy
+// within the rank's device (the GPU layer's own rows); the CPU layer serves its own in place.
 struct EpRankSummary {
   double tokens = 0, pairs = 0, local_pairs = 0, rows_sent = 0, pairs_received = 0;
   double upper_bound_bytes = 0;
-  double dispatch_same_host = 0, dispatch_cross_host = 0;
-  double combine_same_host = 0, combine_cross_host = 0;
-  double rows_self = 0, rows_same_host = 0, rows_cross_host = 0;  // token-row payload
+  double dispatch_self = 0, dispatch_same_host = 0, dispatch_cross_host = 0;
+  double combine_self = 0, combine_same_host = 0, combine_cross_host = 0;
+  double received_self = 0, received_same_host = 0, received_cross_host = 0;  // both stages
+  double rows_self = 0, rows_same_host = 0, rows_cross_host = 0;              // token-row payload
   double min_slot_pairs = 0, max_slot_pairs = 0, num_slots = 0;
   double route_us = 0, dispatch_us = 0, experts_us = 0, shared_us = 0, combine_us = 0, sum_us = 0,
          total_us = 0;
   std::vector<double> dispatch_sent, combine_sent;  // [N] bytes per peer
 
-  // Bytes this rank sent to other ranks in dispatch and combine, over the time of those stages.
+  // Bytes this rank sent to other ranks in dispatch and combine, over the time of those stages;
+  // kNotMeasured where those times are.
   double link_gb_per_s() const;
 };
 
-EpRankSummary summarize(const EpStepStats& stats);
+// `comm` splits the bytes received by where they come from.
+EpRankSummary summarize(const EpStepStats& stats, const Communicator& comm);
 
 // Every rank's `mine` (of one length on every rank), on every rank, in rank order (a collective).
 std::vector<std::vector<double>> all_gather_values(Communicator& comm,

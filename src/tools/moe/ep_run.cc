@@ -108,7 +108,7 @@ class EpRunner {
     std::sort(runs.begin(), runs.end(),
               [](const EpStepStats& a, const EpStepStats& b) { return a.total_us < b.total_us; });
     const std::vector<EpRankSummary> summaries =
-        gather_summaries(comm_, summarize(runs[runs.size() / 2]));
+        gather_summaries(comm_, summarize(runs[runs.size() / 2], comm_));
     return {summaries, check(hidden, out)};
   }
 
@@ -151,6 +151,7 @@ class EpRunner {
 }  // namespace
 
 void run_ep(const EpRunOptions& options) {
+  check_cpu_ep_settings(options.ep);
   run_as_mpi_rank(options.ep, [&](Communicator& comm) { EpRunner(options, comm).run(); });
 }
 

@@ -1,5 +1,5 @@
 // run_ep_cuda with GPU expert parallelism (built when MOE_WITH_CUDA_EP is on;
-// ep_run_cuda_unavailable.cc otherwise). Each rank takes the GPU of its index among its host's
+// ep_cuda_unavailable.cc otherwise). Each rank takes the GPU of its index among its host's
 // ranks (as the GPU tests and moe_bench_cuda_ep do), holds its slots' weights as the CPU --ep run
 // loads them, and runs CudaEpLayer on its synthetic tokens; rank 0 rebuilds every rank's batch,
 // runs it through the single-GPU CUDA layer with the whole weights and compares the samples.
@@ -7,18 +7,17 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <chrono>
 #include <memory>
 #include <optional>
 
 #include <fmt/format.h>
 
 #include "kernels/cuda/check.h"
-#include "kernels/cuda/device_buffer.h"
 #include "moe/cuda_ep_layer.h"
 #include "moe/error.h"
 #include "moe/nccl_communicator.h"
 #include "tools/moe/batch_report.h"
+#include "tools/moe/ep_cuda_setup.h"
 #include "tools/moe/ep_report.h"
 #include "tools/moe/ep_report_cuda.h"
 #include "tools/moe/ep_run.h"
@@ -41,60 +40,10 @@ void check_gpu_options(const EpRunOptions& o) {
     fail("--cpu-isa: --ep --device cuda runs no CPU kernels to choose a path for; got {}",
          cpu_isa_name(o.cpu_isa));
   }
-  if (o.ep.ranks_per_host != 0) {
-    fail(
-        "--ranks-per-host: --ep --device cuda takes the real hosts (peer-to-peer paths and the "
-        "GPU of each rank follow them); got {}",
-        o.ep.ranks_per_host);
-  }
+  check_gpu_ep_settings(o.ep);
   if (o.threads < 0) fail("--threads: expected >= 0 (0 = all cores); got {}", o.threads);
   if (o.repeats < 1) fail("--repeats: expected >= 1; got {}", o.repeats);
-  if (o.ep.timeout_ms <= 0) fail("--timeout-ms: expected > 0; got {}", o.ep.timeout_ms);
 }
-
-// Makes the GPU of this rank's index among its host's ranks current and returns it. A host needs
-// a GPU for each of its ranks.
-int take_gpu_of_this_rank(const Communicator& host) {
-  const int me = host.rank();
-  int local_index = 0, local_ranks = 0;
-  for (int r = 0; r < host.size(); ++r) {
-    if (!host.same_host(r, me)) continue;
-    local_index += r < me;
-    ++local_ranks;
-  }
-  const int devices = cuda_device_count();
-  if (local_ranks > devices) {
-    fail(
-        "--device cuda: each rank takes a GPU of its own; rank {}'s host runs {} rank{} of this "
-        "job and has {} CUDA device{} (start at most one rank per GPU, or run --device cpu)",
-        me, local_ranks, local_ranks > 1 ? "s" : "", devices, devices == 1 ? "" : "s");
-  }
-  check(cudaSetDevice(local_index), "cudaSetDevice");
-  return local_index;
-}
-
-CudaEpOptions cuda_ep_options(const EpSettings& settings, int64_t tokens_per_rank,
-                              int64_t block_m) {
-  // The same choices as the CPU run's, from the same settings.
-  const EpOptions cpu = ep_options(settings, tokens_per_rank, 1, block_m);
-  CudaEpOptions options;
-  options.dispatcher = cpu.dispatcher;
-  options.low_latency_capacity = cpu.low_latency_capacity;
-  options.two_batch_overlap = cpu.two_batch_overlap;
-  options.block_m = cpu.block_m;
-  options.timeout = std::chrono::milliseconds(settings.timeout_ms);
-  return options;
-}
-
-// A bf16 [rows, H] tensor in GPU memory.
-struct DeviceRows {
-  DeviceRows(int64_t rows, int64_t H) : shape{rows, H} {
-    buffer.reserve(std::max<size_t>(static_cast<size_t>(rows * H) * 2, 1));
-  }
-  TensorView view() const { return TensorView(buffer.data(), DType::kBF16, shape, Device::kCuda); }
-  cuda::DeviceBuffer buffer;
-  Shape shape;
-};
 
 class CudaEpRunner {
  public:
@@ -180,11 +129,8 @@ class CudaEpRunner {
     const int64_t H = config_.experts.hidden_size;
     CudaEpLayer layer(config_, local_, *map_, host_, nccl_.get(),
                       cuda_ep_options(o_.ep, tokens, o_.block_m));
-    const Tensor hidden = ep_hidden(tokens, H, DType::kBF16, o_.seed, host_.rank());
-    DeviceRows d_hidden(tokens, H), d_out(tokens, H);
-    check(cudaMemcpy(d_hidden.buffer.data(), hidden.data<void>(), hidden.nbytes(),
-                     cudaMemcpyHostToDevice),
-          "cudaMemcpy (hidden)");
+    const DeviceTensor d_hidden(ep_hidden(tokens, H, DType::kBF16, o_.seed, host_.rank()));
+    const DeviceTensor d_out(DType::kBF16, {tokens, H});
     const auto step = [&] {
       if (o_.ep.overlap) {
         layer.forward_two_batch(d_hidden.view(), d_out.view());
@@ -202,7 +148,7 @@ class CudaEpRunner {
     std::sort(runs.begin(), runs.end(),
               [](const auto& a, const auto& b) { return a.total_us < b.total_us; });
     Tensor out(DType::kBF16, {tokens, H});
-    check(cudaMemcpy(out.data<void>(), d_out.buffer.data(), out.nbytes(), cudaMemcpyDeviceToHost),
+    check(cudaMemcpy(out.data<void>(), d_out.view().data, out.nbytes(), cudaMemcpyDeviceToHost),
           "cudaMemcpy (out)");
     return {gather_summaries(host_, runs[runs.size() / 2]), check_samples(tokens, out)};
   }

@@ -5,8 +5,9 @@
 // replicated experts), the GPU's replica choice against the CPU path's, overflow of the
 // low-latency capacity (an error on every rank, then a normal step), a low-latency step captured
 // in a CUDA graph and replayed (one batch, and two micro-batches), two-batch steps with overlap
-// against the single-GPU layer, the byte counters by peer and host, and a peer that never enters
-// a step (the others fail within the timeout instead of hanging).
+// against the single-GPU layer, the byte counters by peer and host, the pairs each local slot
+// served (counted on the GPU) against the slots the CPU path's rule gives every rank's pairs, and
+// a peer that never enters a step (the others fail within the timeout instead of hanging).
 //
 // Equal within bf16 rounding, not bitwise: each partial row (a token's pairs served by one rank)
 // is rounded to bf16 before the source adds them, where the single-GPU layer adds the k pair rows;
@@ -102,6 +103,28 @@ std::vector<int64_t> expected_rows(const Tensor& ids, const ExpertMap& map,
   return rows;
 }
 
+// Pairs each of this rank's slots must serve in a step whose ranks route `ids` [M, k] each: every
+// rank's pairs given slots by the CPU path's rule, counted per slot and summed over the ranks (a
+// collective), in this rank's local slot order.
+std::vector<int64_t> expected_pairs_per_local_slot(const Tensor& ids, const ExpertMap& map,
+                                                   Communicator& host) {
+  const int64_t S = map.num_slots(), P = ids.size(0) * ids.size(1);
+  std::vector<int64_t> mine(static_cast<size_t>(S), 0);
+  for (int32_t slot : cpu_slots(std::vector<int32_t>(ids.data<int32_t>(), ids.data<int32_t>() + P),
+                                map, host, host.rank())) {
+    if (slot >= 0) ++mine[static_cast<size_t>(slot)];
+  }
+  std::vector<int64_t> every_rank(static_cast<size_t>(S * host.size()));
+  host.all_gather(mine.data(), S * static_cast<int64_t>(sizeof(int64_t)), every_rank.data());
+  std::vector<int64_t> pairs;
+  for (int32_t slot : map.local_slots(host.rank())) {
+    int64_t served = 0;
+    for (int r = 0; r < host.size(); ++r) served += every_rank[static_cast<size_t>(r * S + slot)];
+    pairs.push_back(served);
+  }
+  return pairs;
+}
+
 // E experts over N >= 2 ranks as contiguous() places them, plus: expert 0 also on the last
 // rank, expert E-1 also on rank 0 (replicas on two ranks: each rank serves its own pairs), a
 // second replica of expert 1 on rank 0 and of expert E-2 on the last rank (pairs alternate
@@ -147,8 +170,10 @@ class CudaEp : public ::testing::TestWithParam<PathChoice> {
     options.high_throughput_over_nccl = GetParam().over_nccl;
     options.low_latency_capacity = capacity;
     options.timeout = std::chrono::seconds(10);
-    return CudaEpLayer(config, local_layer_weights(full, map, me), map, host,
-                       &testing::nccl_world(), options);
+    CudaEpLayer layer(config, local_layer_weights(full, map, me), map, host, &testing::nccl_world(),
+                      options);
+    layer.count_served_pairs(true);
+    return layer;
   }
 
   // One routed step on every rank against fused_experts on this GPU with all the weights.
@@ -163,6 +188,8 @@ class CudaEp : public ::testing::TestWithParam<PathChoice> {
     if (M > 0) fused_experts(d_hidden, w13, w2, d_weights, d_ids, want);
     expect_close(out.to_host(), want.to_host(), k, N);
     EXPECT_EQ(layer.last_stats().rows_sent, expected_rows(ids, map, host));
+    EXPECT_EQ(layer.last_stats().pairs_per_local_slot,
+              expected_pairs_per_local_slot(ids, map, host));
   }
 };
 
@@ -204,12 +231,17 @@ TEST_P(CudaEp, TwoBatchStepMatchesTheSingleGpuLayer) {
     const DeviceTensor two = DeviceTensor::empty_like(DType::kBF16, hidden.shape());
     layer.forward_routed(d_hidden, d_ids, d_weights, one);
     const std::vector<int64_t> one_batch_rows = layer.last_stats().rows_sent;
+    EXPECT_EQ(layer.last_stats().pairs_per_local_slot,
+              expected_pairs_per_local_slot(ids, map, host));
     layer.forward_routed_two_batch(d_hidden, d_ids, d_weights, two);
     expect_close(one.to_host(), want.to_host(), k, N);
     expect_close(two.to_host(), want.to_host(), k, N);
     // A token's row goes once to each serving rank, whichever micro-batch holds it.
     EXPECT_EQ(layer.last_stats().rows_sent, expected_rows(ids, map, host));
     EXPECT_EQ(layer.last_stats().rows_sent, one_batch_rows);
+    // Both micro-batches' pairs, each slot's counted once (one replica per expert here).
+    EXPECT_EQ(layer.last_stats().pairs_per_local_slot,
+              expected_pairs_per_local_slot(ids, map, host));
 
     if (M == 0) continue;  // the same M on every rank: all skip the routed step alike
     const DeviceTensor routed = DeviceTensor::empty_like(DType::kBF16, hidden.shape());
