@@ -4,6 +4,10 @@
 // can hang the host: creation and every group are polled through ncclCommGetAsyncError, and a
 // deadline that passes aborts the communicator.
 //
+// NOTE: ncclCommAbort frees the communicator, so it happens once (NcclHandle): requests still in
+// flight after an abort (the other all-to-alls of a dispatch, waited for by their destructors)
+// fail at once instead of polling a freed communicator, and the destructor does not abort again.
+//
 // Tested by tests/parallel/nccl/ (label gpu, skipped without a GPU).
 #include "moe/nccl_communicator.h"
 
@@ -11,6 +15,7 @@
 #include <nccl.h>
 
 #include <cstring>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -34,20 +39,39 @@ void check_nccl(ncclResult_t code, const char* call) {
   }
 }
 
+// The NCCL communicator and whether it was aborted (which frees it).
+struct NcclHandle {
+  ncclComm_t comm = nullptr;
+  bool aborted = false;
+
+  void abort() {
+    if (aborted) return;
+    aborted = true;
+    ncclCommAbort(comm);
+  }
+  // Throws when an earlier timeout aborted the communicator: nothing queued on it completes.
+  void check_alive(int rank, const char* what) const {
+    if (aborted) {
+      fail("NCCL: rank {}: {}: the communicator was aborted by an earlier timeout", rank, what);
+    }
+  }
+};
+
 // Polls a non-blocking NCCL communicator until its pending call is done; aborts it and throws
 // past the deadline.
-void wait_for_nccl(ncclComm_t comm, Clock::time_point deadline, const char* call, int rank,
+void wait_for_nccl(NcclHandle& handle, Clock::time_point deadline, const char* call, int rank,
                    std::chrono::milliseconds timeout) {
   for (;;) {
+    handle.check_alive(rank, call);
     ncclResult_t state = ncclSuccess;
-    check_nccl(ncclCommGetAsyncError(comm, &state), "ncclCommGetAsyncError");
+    check_nccl(ncclCommGetAsyncError(handle.comm, &state), "ncclCommGetAsyncError");
     if (state == ncclSuccess) return;
     if (state != ncclInProgress) {
       fail("NCCL: rank {}: {} failed: {} ({})", rank, call, ncclGetErrorString(state),
            static_cast<int>(state));
     }
     if (Clock::now() > deadline) {
-      ncclCommAbort(comm);
+      handle.abort();
       fail("NCCL: rank {} timed out after {} ms in {} (communicator aborted)", rank,
            timeout.count(), call);
     }
@@ -57,9 +81,9 @@ void wait_for_nccl(ncclComm_t comm, Clock::time_point deadline, const char* call
 
 class NcclRequest : public CommRequest {
  public:
-  NcclRequest(ncclComm_t comm, cudaEvent_t event, int rank, uint64_t number,
+  NcclRequest(NcclHandle& handle, cudaEvent_t event, int rank, uint64_t number,
               Clock::time_point deadline, std::chrono::milliseconds timeout)
-      : comm_(comm),
+      : handle_(handle),
         event_(event),
         rank_(rank),
         number_(number),
@@ -67,19 +91,22 @@ class NcclRequest : public CommRequest {
         timeout_(timeout) {}
 
   void wait() override {
+    const std::string what = fmt::format("operation #{}", number_);
     for (;;) {
+      // Checked before the event: the kernels of an aborted communicator end without their data.
+      handle_.check_alive(rank_, what.c_str());
       const cudaError_t done = cudaEventQuery(event_);
       if (done == cudaSuccess) return;
       if (done != cudaErrorNotReady) check_cuda(done, "cudaEventQuery");
       ncclResult_t state = ncclSuccess;
-      check_nccl(ncclCommGetAsyncError(comm_, &state), "ncclCommGetAsyncError");
+      check_nccl(ncclCommGetAsyncError(handle_.comm, &state), "ncclCommGetAsyncError");
       if (state != ncclSuccess && state != ncclInProgress) {
         fail("NCCL: rank {} operation #{} failed: {} ({})", rank_, number_,
              ncclGetErrorString(state), static_cast<int>(state));
       }
       if (Clock::now() > deadline_) {
         // NCCL does not say which peer is missing: every transfer of the group waits as one.
-        ncclCommAbort(comm_);
+        handle_.abort();
         fail(
             "NCCL: rank {} timed out after {} ms in operation #{} (communicator aborted; a "
             "peer died, stalled or called another operation)",
@@ -90,7 +117,7 @@ class NcclRequest : public CommRequest {
   }
 
  private:
-  ncclComm_t comm_;
+  NcclHandle& handle_;
   cudaEvent_t event_;
   int rank_;
   uint64_t number_;
@@ -106,7 +133,7 @@ class NcclCommunicator : public Communicator {
         device_(device),
         stream_(stream),
         owns_stream_(owns_stream),
-        comm_(comm) {
+        nccl_{comm} {
     check_cuda(cudaMalloc(&scratch_, static_cast<size_t>(2 * size()) * sizeof(int64_t)),
                "cudaMalloc");
     check_cuda(cudaMallocHost(&pinned_, static_cast<size_t>(2 * size()) * sizeof(int64_t)),
@@ -116,9 +143,9 @@ class NcclCommunicator : public Communicator {
   ~NcclCommunicator() override {
     cudaSetDevice(device_);
     if (failed()) {
-      ncclCommAbort(comm_);  // already aborted by the failed wait; harmless again
+      nccl_.abort();  // a no-op when a timeout already aborted it
     } else {
-      ncclCommDestroy(comm_);
+      ncclCommDestroy(nccl_.comm);
     }
     for (cudaEvent_t e : events_) cudaEventDestroy(e);
     cudaFree(scratch_);
@@ -154,21 +181,21 @@ class NcclCommunicator : public Communicator {
       const size_t i = static_cast<size_t>(p);
       if (recv_counts[i] > 0) {
         check_nccl(ncclRecv(static_cast<char*>(recv) + recv_splits.displs[i],
-                            static_cast<size_t>(recv_counts[i]), ncclUint8, p, comm_, stream_),
+                            static_cast<size_t>(recv_counts[i]), ncclUint8, p, nccl_.comm, stream_),
                    "ncclRecv");
       }
       if (send_splits.counts[i] > 0) {
         check_nccl(
             ncclSend(static_cast<const char*>(send) + send_splits.displs[i],
-                     static_cast<size_t>(send_splits.counts[i]), ncclUint8, p, comm_, stream_),
+                     static_cast<size_t>(send_splits.counts[i]), ncclUint8, p, nccl_.comm, stream_),
             "ncclSend");
       }
     }
     check_nccl(ncclGroupEnd(), "ncclGroupEnd");
-    wait_for_nccl(comm_, deadline, "ncclGroupEnd", rank(), timeout());
+    wait_for_nccl(nccl_, deadline, "ncclGroupEnd", rank(), timeout());
     cudaEvent_t event = next_event();
     check_cuda(cudaEventRecord(event, stream_), "cudaEventRecord");
-    return std::make_unique<NcclRequest>(comm_, event, rank(), next_op_++, deadline, timeout());
+    return std::make_unique<NcclRequest>(nccl_, event, rank(), next_op_++, deadline, timeout());
   }
 
  private:
@@ -184,19 +211,19 @@ class NcclCommunicator : public Communicator {
         "cudaMemcpyAsync");
     check_nccl(ncclGroupStart(), "ncclGroupStart");
     for (int p = 0; p < size(); ++p) {
-      check_nccl(ncclRecv(device_in + p, sizeof(int64_t), ncclUint8, p, comm_, stream_),
+      check_nccl(ncclRecv(device_in + p, sizeof(int64_t), ncclUint8, p, nccl_.comm, stream_),
                  "ncclRecv");
-      check_nccl(ncclSend(device_out + p, sizeof(int64_t), ncclUint8, p, comm_, stream_),
+      check_nccl(ncclSend(device_out + p, sizeof(int64_t), ncclUint8, p, nccl_.comm, stream_),
                  "ncclSend");
     }
     check_nccl(ncclGroupEnd(), "ncclGroupEnd");
-    wait_for_nccl(comm_, deadline, "ncclGroupEnd", rank(), timeout());
+    wait_for_nccl(nccl_, deadline, "ncclGroupEnd", rank(), timeout());
     check_cuda(cudaMemcpyAsync(pinned_ + n, device_in, n * sizeof(int64_t), cudaMemcpyDeviceToHost,
                                stream_),
                "cudaMemcpyAsync");
     cudaEvent_t event = next_event();
     check_cuda(cudaEventRecord(event, stream_), "cudaEventRecord");
-    NcclRequest(comm_, event, rank(), next_op_++, deadline, timeout()).wait();
+    NcclRequest(nccl_, event, rank(), next_op_++, deadline, timeout()).wait();
     for (size_t p = 0; p < n; ++p) {
       counts[p] = pinned_[n + p];
       if (counts[p] < 0 || counts[p] > bounds[p]) {
@@ -222,7 +249,7 @@ class NcclCommunicator : public Communicator {
   int device_;
   cudaStream_t stream_;
   bool owns_stream_;
-  ncclComm_t comm_;
+  NcclHandle nccl_;
   void* scratch_ = nullptr;    // [2N] int64 on the device
   int64_t* pinned_ = nullptr;  // [2N] int64 pinned on the host
   std::vector<cudaEvent_t> events_;
@@ -275,20 +302,21 @@ std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap, Nc
   }
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
-  ncclComm_t comm = nullptr;
+  NcclHandle handle;
   try {
-    check_nccl(ncclCommInitRankConfig(&comm, bootstrap.size(), ids[0], bootstrap.rank(), &config),
-               "ncclCommInitRankConfig");
-    wait_for_nccl(comm, Clock::now() + bootstrap.timeout(), "ncclCommInitRankConfig",
+    check_nccl(
+        ncclCommInitRankConfig(&handle.comm, bootstrap.size(), ids[0], bootstrap.rank(), &config),
+        "ncclCommInitRankConfig");
+    wait_for_nccl(handle, Clock::now() + bootstrap.timeout(), "ncclCommInitRankConfig",
                   bootstrap.rank(), bootstrap.timeout());
     std::vector<int> hosts;
     for (int r = 0; r < bootstrap.size(); ++r) hosts.push_back(bootstrap.host_of(r));
     auto result = std::make_unique<NcclCommunicator>(bootstrap.rank(), std::move(hosts), device,
-                                                     stream, owns_stream, comm);
+                                                     stream, owns_stream, handle.comm);
     result->set_timeout(bootstrap.timeout());
     return result;
   } catch (...) {
-    if (comm) ncclCommAbort(comm);
+    if (handle.comm) handle.abort();
     if (owns_stream) cudaStreamDestroy(stream);
     throw;
   }

@@ -1,6 +1,10 @@
 // The error messages of the GPU expert-parallel kernels' status (a pure function: runs without a
-// GPU): every count over the capacity, who reported an overflow, and what a timed-out wait saw.
+// GPU): every count over the capacity, who reported an overflow, and what a timed-out wait saw;
+// and of an exchange through a communicator that failed inside a step.
 #include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
 
 #include "parallel/cuda/ep_status.h"
 
@@ -45,6 +49,17 @@ TEST(CudaEpStatus, TimeoutSaysWhatTheFlagHeld) {
   EXPECT_NE(message.find("timed out waiting for rank 1 in combine"), std::string::npos) << message;
   EXPECT_NE(message.find("expected step 7, its flag held step 6 count 31"), std::string::npos)
       << message;
+}
+
+TEST(CudaEpStatus, FailedExchangeNamesStepStagePeersAndCause) {
+  const std::vector<int> peers = {1, 3};
+  const std::string message = format_exchange_failure(
+      4, 2, "combine", "the nccl all-to-all of the partial rows", peers,
+      "NCCL: rank 2 timed out after 2000 ms in operation #9 (communicator aborted)");
+  EXPECT_EQ(message,
+            "expert-parallel step 4 on rank 2 failed in combine: the nccl all-to-all of the "
+            "partial rows with ranks [1, 3] did not complete: NCCL: rank 2 timed out after 2000 "
+            "ms in operation #9 (communicator aborted)");
 }
 
 }  // namespace

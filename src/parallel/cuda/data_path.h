@@ -7,9 +7,11 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "moe/communicator.h"
+#include "moe/error.h"
 #include "parallel/cuda/ep_kernels.h"
 #include "parallel/cuda/ep_status.h"
 #include "parallel/cuda/step_scratch.h"
@@ -55,6 +57,28 @@ inline DispatchSendArgs dispatch_send_args(const TokensIn& in, const PathShape& 
   send.sent_counts = scratch.sent_counts();
   send.status = scratch.status();
   return send;
+}
+
+// The ranks of `num_ranks` other than `rank`: the peers an exchange of the whole group waits for.
+inline std::vector<int> other_ranks(int num_ranks, int rank) {
+  std::vector<int> peers;
+  for (int p = 0; p < num_ranks; ++p) {
+    if (p != rank) peers.push_back(p);
+  }
+  return peers;
+}
+
+// Runs `exchange`, an operation of a communicator inside step `step` (1 for a path's first), and
+// turns its moe::Error into one that names the step, this rank, the stage and the peers waited
+// for (format_exchange_failure), as a timed-out wait on the device names them.
+template <typename Exchange>
+void exchange_in_step(uint32_t step, int rank, const char* stage, const std::string& what,
+                      const std::vector<int>& peers, Exchange&& exchange) {
+  try {
+    exchange();
+  } catch (const Error& e) {
+    throw Error(format_exchange_failure(step, rank, stage, what.c_str(), peers, e.what()));
+  }
 }
 
 // Where the experts read and write: rows [num_rows, H] with their ids and weights [num_rows, k]

@@ -107,7 +107,9 @@ __device__ void wait_for_combine(const CombineSumArgs& a) {
 }
 
 __global__ void __launch_bounds__(kThreads) combine_sum_kernel(CombineSumArgs a) {
-  if (a.flags != nullptr) wait_for_combine(a);
+  // After a dispatch wait timed out the step has failed (a peer is in an unknown step): waiting
+  // for its combine flag too would only double the time to the error.
+  if (a.flags != nullptr && (a.status->bits & kStatusDispatchTimeout) == 0) wait_for_combine(a);
   __syncthreads();
   const int N = a.num_ranks;
   const int64_t vectors = a.hidden_size / 8;

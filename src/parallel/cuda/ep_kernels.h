@@ -89,8 +89,8 @@ struct CombineSumArgs {
   int64_t hidden_size = 0;
   int num_ranks = 0;
   void* out = nullptr;  // bf16 [M, H]
-  // Low-latency: wait for every rank's combine flag of this step first. Null: no wait (the rows
-  // came through NCCL, already complete).
+  // Low-latency: wait for every rank's combine flag of this step first (unless a dispatch wait
+  // timed out: the step has failed). Null: no wait (the rows came through NCCL, already complete).
   const uint64_t* flags = nullptr;  // [N] local
   const uint32_t* step = nullptr;
   uint64_t timeout_ns = 0;

@@ -1,6 +1,7 @@
 #include "parallel/cuda/ep_status.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 namespace moe::cuda::ep {
 
@@ -36,6 +37,14 @@ std::string format_status(const Status& status, int rank, int num_ranks, int64_t
         static_cast<uint32_t>(status.timeout_last_flag) & ~kOverflowSeenBit);
   }
   return message;
+}
+
+std::string format_exchange_failure(uint32_t step, int rank, const char* stage,
+                                    const char* exchange, const std::vector<int>& peers,
+                                    const std::string& cause) {
+  return fmt::format(
+      "expert-parallel step {} on rank {} failed in {}: {} with ranks [{}] did not complete: {}",
+      step, rank, stage, exchange, fmt::join(peers, ", "), cause);
 }
 
 }  // namespace moe::cuda::ep

@@ -1,11 +1,13 @@
 // What the expert-parallel kernels report back to the host: overflow of the low-latency capacity
 // and waits on peers that ran out of time. The kernels never stop on an error (a rank that stopped
 // early would leave its peers waiting); they record it here, finish the step with what they have,
-// and the host turns the record into a moe::Error after the step (format_status).
+// and the host turns the record into a moe::Error after the step (format_status). Waits in a
+// communicator inside a step are reported alike, with the step and stage (format_exchange_failure).
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace moe::cuda::ep {
 
@@ -41,5 +43,13 @@ struct Status {
 
 // The error message for a status with bits set: rank, step, counts, peers. Empty when clear.
 std::string format_status(const Status& status, int rank, int num_ranks, int64_t capacity);
+
+// The error message for an exchange through a communicator that failed inside a step (the token
+// or row counts through the host communicator, the rows over NCCL): the step, this rank, the
+// stage ("dispatch" or "combine"), what was exchanged with which peers, and the communicator's
+// own error (which says whether it timed out and, with MPI, which peers never answered).
+std::string format_exchange_failure(uint32_t step, int rank, const char* stage,
+                                    const char* exchange, const std::vector<int>& peers,
+                                    const std::string& cause);
 
 }  // namespace moe::cuda::ep

@@ -8,6 +8,12 @@
 //
 // Expert-grouped order on the wire is not needed: align_block_size groups the received pairs by
 // expert on the receiver without copying a row, so rows travel in the order they were packed.
+//
+// Every wait here is a communicator's, bounded by its timeout (the NCCL one aborts the NCCL
+// communicator when it passes); a failure is rethrown naming the step, the stage and the peers of
+// the exchange (exchange_in_step), since NCCL cannot say which peer of a group is missing.
+#include <fmt/format.h>
+
 #include <algorithm>
 
 #include "kernels/cuda/check.h"
@@ -99,13 +105,19 @@ class HighThroughputPath : public DataPath {
     }
     slot_of_ = send.slot_of;
     num_tokens_ = in.num_tokens;
+    ++step_;
     dispatch_send(send, stream);
 
     sent_ = scratch_.read_counts(scratch_.sent_counts(), stream);  // synchronizes
     received_.assign(static_cast<size_t>(N), 0);
     std::vector<int64_t> ones(static_cast<size_t>(N), sizeof(int64_t)), at(static_cast<size_t>(N));
     for (int p = 0; p < N; ++p) at[static_cast<size_t>(p)] = p * int64_t{sizeof(int64_t)};
-    host_.all_to_all_v(sent_.data(), {ones, at}, received_.data(), {ones, at});
+    exchange_in_step(
+        step_, me, "dispatch",
+        fmt::format("the row counts' exchange through the {} communicator", host_.name()),
+        other_ranks(N, me), [&] {
+          host_.all_to_all_v(sent_.data(), {ones, at}, received_.data(), {ones, at});
+        });
 
     // Received rows: the own block first (already in place), then each peer's in rank order.
     const int64_t own = sent_[static_cast<size_t>(me)];
@@ -122,6 +134,12 @@ class HighThroughputPath : public DataPath {
     recv_first_ = recv_first;
     peer_rows_in_ = recv_rows;
     peer_rows_out_ = send_rows;
+    row_peers_.clear();
+    for (int p = 0; p < N; ++p) {
+      if (send_rows[static_cast<size_t>(p)] > 0 || recv_rows[static_cast<size_t>(p)] > 0) {
+        row_peers_.push_back(p);
+      }
+    }
     grow_keeping(recv_rows_, static_cast<size_t>(num_received_ * H) * 2,
                  static_cast<size_t>(own * H) * 2, stream);
     grow_keeping(recv_ids_, static_cast<size_t>(num_received_ * k) * 4,
@@ -134,13 +152,19 @@ class HighThroughputPath : public DataPath {
     const Splits rows_in = splits(recv_rows, recv_first, H * 2);
     const Splits meta_out = splits(send_rows, send_first, k * 4);
     const Splits meta_in = splits(recv_rows, recv_first, k * 4);
-    auto a = device_.start_all_to_all_v(rows, rows_out.view(), recv_rows_.data(), rows_in.view());
-    auto b = device_.start_all_to_all_v(ids, meta_out.view(), recv_ids_.data(), meta_in.view());
-    auto c =
-        device_.start_all_to_all_v(weights, meta_out.view(), recv_weights_.data(), meta_in.view());
-    a->wait();
-    b->wait();
-    c->wait();
+    exchange_in_step(step_, me, "dispatch",
+                     fmt::format("the {} all-to-alls of rows, ids and weights", device_.name()),
+                     row_peers_, [&] {
+                       auto a = device_.start_all_to_all_v(rows, rows_out.view(), recv_rows_.data(),
+                                                           rows_in.view());
+                       auto b = device_.start_all_to_all_v(ids, meta_out.view(), recv_ids_.data(),
+                                                           meta_in.view());
+                       auto c = device_.start_all_to_all_v(weights, meta_out.view(),
+                                                           recv_weights_.data(), meta_in.view());
+                       a->wait();
+                       b->wait();
+                       c->wait();
+                     });
   }
 
   ReceivedRows received() const override {
@@ -164,7 +188,10 @@ class HighThroughputPath : public DataPath {
     for (int p = 0; p < N; ++p) block_first[static_cast<size_t>(p)] = p * block_rows_;
     const Splits out_splits = splits(peer_rows_in_, recv_first_, H * 2);
     const Splits in_splits = splits(peer_rows_out_, block_first, H * 2);
-    device_.all_to_all_v(partial_.data(), out_splits.view(), back, in_splits.view());
+    exchange_in_step(
+        step_, me, "combine", fmt::format("the {} all-to-all of the partial rows", device_.name()),
+        row_peers_,
+        [&] { device_.all_to_all_v(partial_.data(), out_splits.view(), back, in_splits.view()); });
 
     CombineSumArgs sum;
     for (int d = 0; d < N; ++d) {
@@ -195,6 +222,8 @@ class HighThroughputPath : public DataPath {
   int64_t num_tokens_ = 0, block_rows_ = 1, num_received_ = 0;
   std::vector<int64_t> sent_, received_, recv_first_;
   std::vector<int64_t> peer_rows_in_, peer_rows_out_;  // sent_ / received_ with 0 for this rank
+  std::vector<int> row_peers_;  // the other ranks this rank sends rows to or receives rows from
+  uint32_t step_ = 0;           // steps dispatched, as the device's step number counts them
 };
 
 }  // namespace

@@ -14,6 +14,8 @@
 // Buffer reuse without resets: a source writes step s + 1 into a peer only after that peer's
 // combine of step s arrived, which the peer sends after its experts finished reading step s; and
 // every rank waits for every peer's combine flag each step, tokens or not (docs/parallel-cuda.md).
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <memory>
 
@@ -74,6 +76,7 @@ class LowLatencyPath : public DataPath {
   }
 
   void dispatch(const TokensIn& in, cudaStream_t stream) override {
+    ++host_steps_;
     if (grows_) fit(in.num_tokens, stream);
     const int N = shape_.num_ranks, me = shape_.rank;
     const int64_t C = capacity_, H = shape_.hidden_size, k = shape_.top_k;
@@ -175,7 +178,11 @@ class LowLatencyPath : public DataPath {
   // combine_sum waited for every peer's last write into its buffers.
   void fit(int64_t num_tokens, cudaStream_t stream) {
     std::vector<int64_t> all(static_cast<size_t>(shape_.num_ranks));
-    host_.all_gather(&num_tokens, sizeof num_tokens, all.data());
+    exchange_in_step(
+        host_steps_, shape_.rank, "dispatch",
+        fmt::format("the token counts' all-gather through the {} communicator", host_.name()),
+        other_ranks(shape_.num_ranks, shape_.rank),
+        [&] { host_.all_gather(&num_tokens, sizeof num_tokens, all.data()); });
     const int64_t most = *std::max_element(all.begin(), all.end());
     if (most <= capacity_) return;
     check(cudaStreamSynchronize(stream), "cudaStreamSynchronize (growing the IPC buffers)");
@@ -193,6 +200,9 @@ class LowLatencyPath : public DataPath {
   DeviceBuffer partial_;  // bf16 [N * C, H]
   int32_t* slot_of_ = nullptr;
   int64_t num_tokens_ = 0;
+  // Steps dispatched from the host, for fit()'s errors: the device's step number on the growing
+  // path, which no CUDA graph can capture (replays would advance only the device's).
+  uint32_t host_steps_ = 0;
 };
 
 }  // namespace
