@@ -33,9 +33,11 @@
 // without loading or computing anything. Plan kernel "tma_dynamic" keeps the tiles' order in time
 // instead: rather than each thread block taking every grid's-worth tile from its first, the
 // producers take the next tile from a counter (one atomicAdd per tile, zeroed by the launch) when
-// they start one, and pass it to their consumers with the stage. Thread blocks that drifted apart
-// then still start the tiles that share a weight tile together. It won at DeepSeek-V3's mid sizes
-// (1-3%), lost at Qwen3-30B-A3B's. Tiles: block_m 128: each consumer warpgroup takes 64 of the rows
+// they start one, and pass it to their consumers with the stage, and its walk orders each expert's
+// blocks column tile first (TileWalk), so the thread blocks that share a weight tile start it
+// together however far apart their earlier tiles took them. On the H200 it is the fastest plan at
+// most of DeepSeek-V3's sizes from 16 tokens on (0.5-1.5% ahead of tma_pair/128 at 4096 and 16384),
+// loses at Qwen3-30B-A3B's. Tiles: block_m 128: each consumer warpgroup takes 64 of the rows
 // and all 256 weight rows (m64n256k16); block_m 64: both take the 64 rows and 128 of the weight
 // rows (m64n128k16). gemm1's weight rows are, per consumer warpgroup, gate rows then the matching
 // up rows, so each thread holds gate and up of the same output element.
@@ -332,7 +334,8 @@ __global__ void __launch_bounds__(TmaTile<kBlockM>::kThreads, 1)
   // producer's thread 0 took last, for the other producer threads.
   __shared__ int32_t stage_tile[kStages];
   __shared__ int32_t taken_tile;
-  // block_m 128: whether the tile whose first stage a stage holds has no rows past its first 64.
+  // tma_dynamic, block_m 128: whether the tile whose first stage a stage holds has no rows past
+  // its first 64.
   __shared__ bool stage_upper_rows_empty[kStages];
   // TMA's swizzle and the wgmma descriptors both assume 1024-byte aligned tiles.
   const uint32_t base = (shared_address(shared_raw) + 1023) & ~1023u;
@@ -401,7 +404,7 @@ __global__ void __launch_bounds__(TmaTile<kBlockM>::kThreads, 1)
         const int k0 = kt * kTileK;
         if (t == 0) {
           if (kDynamic && kt == 0) stage_tile[ring.stage] = static_cast<int32_t>(tile);
-          if constexpr (kSplitRows) {
+          if constexpr (kSplitRows && kDynamic) {
             // Row 64 is this thread's source_row[4]; a block holds its expert's pairs first, then
             // padding, so that row tells whether the upper half holds any.
             static_assert(Tile::kWarpGroupRows == 16 * 4, "row 64 is thread 0's fifth row");
@@ -488,13 +491,15 @@ __global__ void __launch_bounds__(TmaTile<kBlockM>::kThreads, 1)
   };
 
   auto consume = [&](const TileWork& work) {
-    // block_m 128: the upper warpgroup of a block with at most 64 rows (often the last block of
-    // an expert) has nothing to compute; it only takes and frees the stages, and the lower one has
-    // the tensor cores to itself. The producer's flag arrives with the first stage, so the wait
-    // for it is the one the mainloop would start with (decided here, before the mainloop: a
-    // branch inside it makes ptxas serialize the wgmma instructions).
+    // tma_dynamic, block_m 128: the upper warpgroup of a block with at most 64 rows (often the last
+    // block of an expert) has nothing to compute; it only takes and frees the stages, and the lower
+    // one has the tensor cores to itself. The producer's flag arrives with the first stage, so the
+    // wait for it is the one the mainloop would start with (decided here, before the mainloop: a
+    // branch inside it makes ptxas serialize the wgmma instructions). On the H200 this took
+    // tma_dynamic/128 1-4% faster but tma/128 and tma_pair/128 2-9% slower at 4096 and more
+    // tokens (cause not found), so only the dynamic walk does it.
     bool idle = !work.rows;
-    if (kSplitRows && !idle && k_tiles > 0) {
+    if (kSplitRows && kDynamic && !idle && k_tiles > 0) {
       barrier_wait(full_barrier(ring.stage), ring.phase);
       idle = warp_group == 1 && stage_upper_rows_empty[ring.stage];
     }
