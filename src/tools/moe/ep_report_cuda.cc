@@ -26,6 +26,10 @@ constexpr double CudaEpRankSummary::*kScalars[] = {
     &CudaEpRankSummary::received_same_host,
     &CudaEpRankSummary::received_cross_host,
     &CudaEpRankSummary::two_batch,
+    &CudaEpRankSummary::pairs_served,
+    &CudaEpRankSummary::min_slot_pairs,
+    &CudaEpRankSummary::mean_slot_pairs,
+    &CudaEpRankSummary::max_slot_pairs,
     &CudaEpRankSummary::route_us,
     &CudaEpRankSummary::dispatch_us,
     &CudaEpRankSummary::experts_us,
@@ -90,6 +94,15 @@ CudaEpRankSummary summarize(const CudaEpStats& s, int64_t top_k, int64_t hidden_
   r.received_same_host = static_cast<double>(s.received.same_host);
   r.received_cross_host = static_cast<double>(s.received.cross_host);
   r.two_batch = two_batch ? 1 : 0;
+  if (!s.pairs_per_local_slot.empty()) {
+    const auto [lo, hi] =
+        std::minmax_element(s.pairs_per_local_slot.begin(), s.pairs_per_local_slot.end());
+    r.pairs_served = static_cast<double>(
+        std::accumulate(s.pairs_per_local_slot.begin(), s.pairs_per_local_slot.end(), int64_t{0}));
+    r.min_slot_pairs = static_cast<double>(*lo);
+    r.max_slot_pairs = static_cast<double>(*hi);
+    r.mean_slot_pairs = r.pairs_served / static_cast<double>(s.pairs_per_local_slot.size());
+  }
   r.route_us = s.route_us;
   r.dispatch_us = s.dispatch_us;
   r.experts_us = s.experts_us;
@@ -167,22 +180,24 @@ void print_cuda_ep_batch(int64_t tokens_per_rank, const std::vector<CudaEpRankSu
       "{:.0f}% of the T*k*H*b bound {:.3f} MB\n",
       tokens_per_rank, slowest * 1e-3, megabytes(payload),
       bound > 0 ? 100.0 * payload / bound : 0.0, megabytes(bound));
-  fmt::print("{:>4} {:>6} {:>6} | {:^23} | {:^23} | {:^34} | {:>6}\n", "rank", "rows", "rows",
-             "sent MB", "received MB", "stage times, ms", "GB/s");
+  fmt::print("{:>4} {:>6} {:>6} | {:^25} | {:^23} | {:^23} | {:^34} | {:>6}\n", "rank", "rows",
+             "rows", "pairs", "sent MB", "received MB", "stage times, ms", "GB/s");
   fmt::print(
-      "{:>4} {:>6} {:>6} | {:>7} {:>7} {:>7} | {:>7} {:>7} {:>7} | {:>6} {:>6} {:>6} {:>6} "
-      "{:>6} | {:>6}\n",
-      "", "out", "served", "self", "host", "cross", "self", "host", "cross", "route", "disp",
-      "expert", "comb", "total", "links");
+      "{:>4} {:>6} {:>6} | {:>7} {:>17} | {:>7} {:>7} {:>7} | {:>7} {:>7} {:>7} | {:>6} {:>6} "
+      "{:>6} {:>6} {:>6} | {:>6}\n",
+      "", "out", "served", "served", "slot min/mean/max", "self", "host", "cross", "self", "host",
+      "cross", "route", "disp", "expert", "comb", "total", "links");
   for (const CudaEpRankSummary& r : ranks) {
     fmt::print(
-        "{:>4.0f} {:>6.0f} {:>6.0f} | {:>7.3f} {:>7.3f} {:>7.3f} | {:>7.3f} {:>7.3f} {:>7.3f} | "
-        "{:>6.3f} {:>6} {:>6} {:>6} {:>6.3f} | {:>6}\n",
-        r.rank, r.rows_to_peers(), r.rows_served(), megabytes(r.sent_self),
-        megabytes(r.sent_same_host), megabytes(r.sent_cross_host), megabytes(r.received_self),
-        megabytes(r.received_same_host), megabytes(r.received_cross_host), r.route_us * 1e-3,
-        stage_ms(r, r.dispatch_us), stage_ms(r, r.experts_us), stage_ms(r, r.combine_us),
-        r.total_us * 1e-3, r.two_batch != 0 ? "-" : fmt::format("{:.2f}", r.link_gb_per_s()));
+        "{:>4.0f} {:>6.0f} {:>6.0f} | {:>7.0f} {:>17} | {:>7.3f} {:>7.3f} {:>7.3f} | {:>7.3f} "
+        "{:>7.3f} {:>7.3f} | {:>6.3f} {:>6} {:>6} {:>6} {:>6.3f} | {:>6}\n",
+        r.rank, r.rows_to_peers(), r.rows_served(), r.pairs_served,
+        fmt::format("{:.0f}/{:.1f}/{:.0f}", r.min_slot_pairs, r.mean_slot_pairs, r.max_slot_pairs),
+        megabytes(r.sent_self), megabytes(r.sent_same_host), megabytes(r.sent_cross_host),
+        megabytes(r.received_self), megabytes(r.received_same_host),
+        megabytes(r.received_cross_host), r.route_us * 1e-3, stage_ms(r, r.dispatch_us),
+        stage_ms(r, r.experts_us), stage_ms(r, r.combine_us), r.total_us * 1e-3,
+        r.two_batch != 0 ? "-" : fmt::format("{:.2f}", r.link_gb_per_s()));
   }
   if (!ranks.empty() && ranks[0].two_batch != 0) {
     fmt::print(
@@ -235,6 +250,9 @@ nlohmann::json cuda_ep_batch_json(int64_t tokens_per_rank,
                           {"total", r.total_us}}},
                         {"link_gb_per_s", r.two_batch != 0 ? nlohmann::json(nullptr)
                                                            : nlohmann::json(r.link_gb_per_s())}});
+    per_rank.back()["pairs_served"] = r.pairs_served;
+    per_rank.back()["pairs_per_local_slot"] = {
+        {"min", r.min_slot_pairs}, {"mean", r.mean_slot_pairs}, {"max", r.max_slot_pairs}};
   }
   return {{"tokens_per_rank", tokens_per_rank},
           {"ranks", per_rank},

@@ -25,6 +25,8 @@ struct CudaEpRankSummary {
   double sent_self = 0, sent_same_host = 0, sent_cross_host = 0;
   double received_self = 0, received_same_host = 0, received_cross_host = 0;
   double two_batch = 0;  // 1: a two-batch step, whose stages overlap and are not timed apart
+  // Pairs this rank's experts ran, and per local slot (CudaEpStats::pairs_per_local_slot).
+  double pairs_served = 0, min_slot_pairs = 0, mean_slot_pairs = 0, max_slot_pairs = 0;
   double route_us = 0, dispatch_us = 0, experts_us = 0, combine_us = 0, total_us = 0;
   std::vector<double> rows_sent, rows_received, bytes_sent, bytes_received;  // [N]
 

@@ -138,12 +138,18 @@ class CudaEpRunner {
         layer.forward(d_hidden.view(), d_out.view());
       }
     };
-    step();  // warm-up: sizes every buffer
+    // The warm-up sizes every buffer and counts the pairs each local slot serves; every step
+    // routes the same tokens, so the timed ones, which leave the counting kernel out, report them.
+    layer.count_served_pairs(true);
+    step();
+    const std::vector<int64_t> served = layer.last_stats().pairs_per_local_slot;
+    layer.count_served_pairs(false);
     std::vector<CudaEpRankSummary> runs;
     for (int r = 0; r < o_.repeats; ++r) {
       step();
-      runs.push_back(
-          summarize(layer.last_stats(), config_.routing.top_k, H, host_.rank(), o_.ep.overlap));
+      CudaEpStats stats = layer.last_stats();
+      stats.pairs_per_local_slot = served;
+      runs.push_back(summarize(stats, config_.routing.top_k, H, host_.rank(), o_.ep.overlap));
     }
     std::sort(runs.begin(), runs.end(),
               [](const auto& a, const auto& b) { return a.total_us < b.total_us; });
