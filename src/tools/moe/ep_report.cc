@@ -88,12 +88,9 @@ EpRankSummary summarize(const EpStepStats& s, const Communicator& comm) {
   r.rows_self = static_cast<double>(s.row_payload.self);
   r.rows_same_host = static_cast<double>(s.row_payload.same_host);
   r.rows_cross_host = static_cast<double>(s.row_payload.cross_host);
-  if (!s.pairs_per_local_slot.empty()) {
-    const auto [lo, hi] =
-        std::minmax_element(s.pairs_per_local_slot.begin(), s.pairs_per_local_slot.end());
-    r.min_slot_pairs = *lo;
-    r.max_slot_pairs = *hi;
-  }
+  const SlotLoad slots = slot_load(s.pairs_per_local_slot);
+  r.min_slot_pairs = slots.min;
+  r.max_slot_pairs = slots.max;
   r.num_slots = static_cast<double>(s.pairs_per_local_slot.size());
   r.route_us = s.route_us;
   r.dispatch_us = s.dispatch_us;

@@ -2,6 +2,7 @@
 // printed as a table (or JSON) next to the seeds' upper bound T*k*H*b on the dispatched payload.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <vector>
@@ -42,6 +43,23 @@ struct EpRankSummary {
 
 // `comm` splits the bytes received by where they come from.
 EpRankSummary summarize(const EpStepStats& stats, const Communicator& comm);
+
+// The pairs a rank's local slots served, summed and at their least and most (all 0 for none).
+struct SlotLoad {
+  double total = 0, min = 0, max = 0;
+};
+template <typename Count>
+SlotLoad slot_load(const std::vector<Count>& pairs_per_slot) {
+  SlotLoad load;
+  if (pairs_per_slot.empty()) return load;
+  load.min = load.max = static_cast<double>(pairs_per_slot.front());
+  for (const Count pairs : pairs_per_slot) {
+    load.total += static_cast<double>(pairs);
+    load.min = std::min(load.min, static_cast<double>(pairs));
+    load.max = std::max(load.max, static_cast<double>(pairs));
+  }
+  return load;
+}
 
 // Every rank's `mine` (of one length on every rank), on every rank, in rank order (a collective).
 std::vector<std::vector<double>> all_gather_values(Communicator& comm,

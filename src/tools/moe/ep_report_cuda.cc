@@ -94,14 +94,12 @@ CudaEpRankSummary summarize(const CudaEpStats& s, int64_t top_k, int64_t hidden_
   r.received_same_host = static_cast<double>(s.received.same_host);
   r.received_cross_host = static_cast<double>(s.received.cross_host);
   r.two_batch = two_batch ? 1 : 0;
+  const SlotLoad slots = slot_load(s.pairs_per_local_slot);
+  r.pairs_served = slots.total;
+  r.min_slot_pairs = slots.min;
+  r.max_slot_pairs = slots.max;
   if (!s.pairs_per_local_slot.empty()) {
-    const auto [lo, hi] =
-        std::minmax_element(s.pairs_per_local_slot.begin(), s.pairs_per_local_slot.end());
-    r.pairs_served = static_cast<double>(
-        std::accumulate(s.pairs_per_local_slot.begin(), s.pairs_per_local_slot.end(), int64_t{0}));
-    r.min_slot_pairs = static_cast<double>(*lo);
-    r.max_slot_pairs = static_cast<double>(*hi);
-    r.mean_slot_pairs = r.pairs_served / static_cast<double>(s.pairs_per_local_slot.size());
+    r.mean_slot_pairs = slots.total / static_cast<double>(s.pairs_per_local_slot.size());
   }
   r.route_us = s.route_us;
   r.dispatch_us = s.dispatch_us;
