@@ -496,7 +496,7 @@ __global__ void __launch_bounds__(TmaTile<kBlockM>::kThreads, 1)
     // one has the tensor cores to itself. The producer's flag arrives with the first stage, so the
     // wait for it is the one the mainloop would start with (decided here, before the mainloop: a
     // branch inside it makes ptxas serialize the wgmma instructions). On the H200 this took
-    // tma_dynamic/128 1-4% faster but tma/128 and tma_pair/128 2-9% slower at 4096 and more
+    // tma_dynamic/128 1-4% faster but tma/128 and tma_pair/128 1-9% slower at 4096 and more
     // tokens (cause not found), so only the dynamic walk does it.
     bool idle = !work.rows;
     if (kSplitRows && kDynamic && !idle && k_tiles > 0) {
