@@ -67,14 +67,16 @@ ExpertsPlan default_plan(const ExpertsProblem& problem) {
   // or better (16 tokens: equal for DeepSeek-V3, 7% faster for Qwen3), so it takes over as soon
   // as the tiny batch ends.
   if (wgmma_available()) {
+    // Long rows (DeepSeek-V3's H 7168): weight tiles too large for L2 to hold while the blocks
+    // of one expert drift apart, so those layers take the walk whose tiles start in order, each
+    // expert column tile first (tma_dynamic). `moe tune` on the H200 (seventh session): 1.6-4%
+    // faster than tma/64 at 64-1024 tokens, equal to tma_pair/128 at 4096 and 2% faster at
+    // 16384; at Qwen3-30B-A3B's H 2048 it lost to tma at every size.
+    const bool in_order = problem.hidden_size >= 4096;
+    const GemmKernel kernel = in_order ? GemmKernel::kTmaDynamic : GemmKernel::kTma;
     // 128-row tiles from 64 rows per expert on: Qwen3-30B-A3B at 1024 tokens (64 rows) ran
     // tma/128 in 399 us against 437 for tma/64; DeepSeek-V3 at 1024 tokens (32 rows) keeps 64.
-    if (rows_per_expert <= 48) return {GemmKernel::kTma, 64, false};
-    // Long rows (DeepSeek-V3's H 7168): the blocks of one expert drift apart on weight tiles too
-    // large for L2 to serve both, and pairs that keep step win 7-14% at 4096-16384 tokens; at
-    // Qwen3's H 2048 they lost 3-7%.
-    const bool pairs = problem.hidden_size >= 4096 && rows_per_expert > 96;
-    return {pairs ? GemmKernel::kTmaPair : GemmKernel::kTma, 128, false};
+    return {kernel, rows_per_expert <= 48 ? 64 : 128, false};
   }
   if (rows_per_expert <= 1) return {GemmKernel::kStream, 4, false};
   if (rows_per_expert <= 32) return {GemmKernel::kMma, 32, false};
