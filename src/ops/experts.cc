@@ -66,8 +66,7 @@ void run_cuda(const ExpertsProblem& problem, const ExpertsOptions& options, Stag
     plan.tiny_batch = false;
     if (options.block_m <= cuda::kMaxStreamRows) {
       plan.kernel = cuda::GemmKernel::kStream;
-    } else if (cuda::wgmma_available() &&
-               cuda::tma_supports_block_m(cuda::GemmKernel::kTma, options.block_m)) {
+    } else if (cuda::wgmma_available() && cuda::tma_supports_block_m(options.block_m)) {
       plan.kernel = cuda::GemmKernel::kTma;
     } else {
       plan.kernel = cuda::GemmKernel::kMma;

@@ -86,7 +86,6 @@ std::vector<cuda::ExpertsPlan> plans_for(const ExpertsCase& c) {
             cuda::GemmKernel::kTmaPair, cuda::GemmKernel::kTmaDynamic}) {
         for (int64_t block_m : {64, 128}) plans.push_back({kernel, block_m, false});
       }
-      plans.push_back({cuda::GemmKernel::kTmaDynamic, 256, false});
     }
   }
   if (!c.expert_map) plans.push_back({cuda::GemmKernel::kStream, 1, true});

@@ -37,20 +37,18 @@
 // blocks column tile first (TileWalk), so the thread blocks that share a weight tile start it
 // together however far apart their earlier tiles took them. On the H200 it is the fastest plan at
 // most of DeepSeek-V3's sizes from 16 tokens on (0.5-1.5% ahead of tma_pair/128 at 4096 and 16384),
-// loses at Qwen3-30B-A3B's. Tiles (TmaTile): block_m 128: each consumer warpgroup takes 64 of the
-// rows and all 256 weight rows (m64n256k16); block_m 64: both take the 64 rows and 128 of the
-// weight rows (m64n128k16); block_m 256 (tma_dynamic only): each takes 128 rows, as two m64n128k16
-// tiles, by all 128 weight rows. gemm1's weight rows are, per consumer warpgroup, gate rows then
-// the matching up rows, so each thread holds gate and up of the same output element.
+// loses at Qwen3-30B-A3B's. Tiles: block_m 128: each consumer warpgroup takes 64 of the rows
+// and all 256 weight rows (m64n256k16); block_m 64: both take the 64 rows and 128 of the weight
+// rows (m64n128k16). gemm1's weight rows are, per consumer warpgroup, gate rows then the matching
+// up rows, so each thread holds gate and up of the same output element.
 //
 // Tested by tests/cuda/fused_experts_test.cc (plans tma, tma_eager, tma_pair and tma_dynamic at 64
-// and 128, tma_dynamic at 256) against the reference.
+// and 128) against the reference.
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <cuda_bf16.h>
 
 #include <algorithm>
-#include <type_traits>
 
 #include "kernels/cuda/accumulator_chunks.cuh"
 #include "kernels/cuda/bf16_math.cuh"
@@ -65,31 +63,25 @@ namespace {
 
 constexpr int kTileK = kSwizzledTileK;
 constexpr int kRowBytes = kSwizzledRowBytes;
-constexpr int kBoxRows = 64;  // weight rows per TMA box: 8 KiB, two or four per stage
+constexpr int kTileN = 256;   // weight rows per tile (gemm1: 128 output columns, gemm2: 256)
+constexpr int kBoxRows = 64;  // weight rows per TMA box: 8 KiB, four per stage
 constexpr int kProducerThreads = 128;
 
-// block_m 64: both consumer warpgroups take the 64 rows and half of the 256 weight rows each
-// (m64n128k16). 128: each takes 64 of the rows and all 256 weight rows (m64n256k16). 256
-// (tma_dynamic only): each takes 128 rows as two 64-row MMA tiles over all of 128 weight rows (2 x
-// m64n128k16), so an expert of up to 256 rows reads each weight tile once where 128-row blocks
-// read it twice, for the same bytes per flop from L2 (48 KiB a stage either way).
 template <int kBlockM>
 struct TmaTile {
-  static_assert(kBlockM == 64 || kBlockM == 128 || kBlockM == 256, "64, 128 or 256 rows");
-  static constexpr int kTileN = kBlockM == 256 ? 128 : 256;  // weight rows per tile
-  static constexpr int kWarpGroupRows = kBlockM == 64 ? 64 : kBlockM / 2;
-  static constexpr int kRowGroups = kWarpGroupRows / 64;  // 64-row MMA tiles per warpgroup
-  static constexpr int kConsumerWarps = 8;                // two warpgroups
+  static constexpr int kWarpGroupRows = 64;
+  static_assert(kBlockM == kWarpGroupRows || kBlockM == 2 * kWarpGroupRows,
+                "one or two 64-row wgmma tiles");
+  static constexpr int kConsumerWarps = 8;  // two warpgroups
   static constexpr int kThreads = kProducerThreads + kConsumerWarps * 32;
-  // The producer needs few registers, the consumers hold up to 128 f32 accumulators each. The
+  // The producer needs few registers; the consumers hold up to 128 f32 accumulators each. The
   // launch gives every thread 168 (65536 / 384, rounded down to 8); 128 * 56 + 256 * 224 fits too.
-  // block_m 256: a producer thread gathers 16 input rows and spilled at 64 or 72 registers.
-  static constexpr int kProducerRegisters = kBlockM == 256 ? 80 : 56;
-  static constexpr int kConsumerRegisters = kBlockM == 256 ? 208 : 224;
-  // block_m 64: the warpgroups split the weight rows; 128 and 256: the rows.
-  static constexpr int kSplitN = kBlockM == 64 ? 2 : 1;
+  static constexpr int kProducerRegisters = 56;
+  static constexpr int kConsumerRegisters = 224;
+  // block_m 128: the warpgroups split the rows; 64: they split the weight rows.
+  static constexpr int kSplitN = kBlockM == 128 ? 1 : 2;
   static constexpr int kWarpGroupN = kTileN / kSplitN;  // weight rows per consumer warpgroup
-  static constexpr int kStages = kBlockM == 64 ? 5 : 4;
+  static constexpr int kStages = kBlockM == 128 ? 4 : 5;
   static constexpr int kABytes = kBlockM * kRowBytes;
   static constexpr int kBBytes = kTileN * kRowBytes;
   static constexpr int kStageBytes = kABytes + kBBytes;  // a multiple of 1024: tiles stay aligned
@@ -333,9 +325,7 @@ __global__ void __launch_bounds__(TmaTile<kBlockM>::kThreads, 1)
   static_assert(!kDynamic || kCluster == 1,
                 "the thread blocks of a cluster would each take a tile");
   constexpr int kStages = Tile::kStages;
-  constexpr bool kSplitRows = Tile::kSplitN == 1;  // block_m 128, 256: each warpgroup its own rows
-  constexpr int kTileN = Tile::kTileN;
-  constexpr int kRowGroups = Tile::kRowGroups;
+  constexpr bool kSplitRows = Tile::kSplitN == 1;  // block_m 128: each warpgroup takes 64 rows
   constexpr int64_t kColumnsPerTile = kGated ? kTileN / 2 : kTileN;
   extern __shared__ unsigned char shared_raw[];
   __shared__ __align__(8) uint64_t full[kStages];   // stage landed: A copies and B bytes
@@ -344,9 +334,9 @@ __global__ void __launch_bounds__(TmaTile<kBlockM>::kThreads, 1)
   // producer's thread 0 took last, for the other producer threads.
   __shared__ int32_t stage_tile[kStages];
   __shared__ int32_t taken_tile;
-  // tma_dynamic, block_m 128 and 256: which 64-row groups of the tile whose first stage a stage
-  // holds are all padding (bit g: rows 64 g to 64 g + 63).
-  __shared__ uint8_t stage_empty_row_groups[kStages];
+  // tma_dynamic, block_m 128: whether the tile whose first stage a stage holds has no rows past
+  // its first 64.
+  __shared__ bool stage_upper_rows_empty[kStages];
   // TMA's swizzle and the wgmma descriptors both assume 1024-byte aligned tiles.
   const uint32_t base = (shared_address(shared_raw) + 1023) & ~1023u;
   const uint32_t full_base = shared_address(full), empty_base = shared_address(empty);
@@ -415,16 +405,10 @@ __global__ void __launch_bounds__(TmaTile<kBlockM>::kThreads, 1)
         if (t == 0) {
           if (kDynamic && kt == 0) stage_tile[ring.stage] = static_cast<int32_t>(tile);
           if constexpr (kSplitRows && kDynamic) {
-            // Row 64 g is this thread's source_row[4 g]; a block holds its expert's pairs first,
-            // then padding, so that row tells whether the group from it on holds any.
-            if (kt == 0) {
-              uint32_t empty_groups = 0;
-#pragma unroll
-              for (int g = 1; g < kBlockM / 64; ++g) {
-                empty_groups |= (source_row[4 * g] < 0 ? 1u : 0u) << g;
-              }
-              stage_empty_row_groups[ring.stage] = static_cast<uint8_t>(empty_groups);
-            }
+            // Row 64 is this thread's source_row[4]; a block holds its expert's pairs first, then
+            // padding, so that row tells whether the upper half holds any.
+            static_assert(Tile::kWarpGroupRows == 16 * 4, "row 64 is thread 0's fifth row");
+            if (kt == 0) stage_upper_rows_empty[ring.stage] = source_row[4] < 0;
           }
           barrier_arrive_expect_bytes(full_barrier(ring.stage), Tile::kBBytes);
 #pragma unroll
@@ -485,15 +469,14 @@ __global__ void __launch_bounds__(TmaTile<kBlockM>::kThreads, 1)
   const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
   const uint32_t a_offset = kSplitRows ? warp_group * Tile::kWarpGroupRows * kRowBytes : 0;
   const uint32_t b_offset = kSplitRows ? 0 : warp_group * Tile::kWarpGroupN * kRowBytes;
-  // Accumulator i of a thread in row group g: row 64 g + 16 * warp + lane / 4 (+ 8 for
-  // i % 4 >= 2), column 8 * (i / 4) + 2 * (lane % 4) + i % 2, within this warpgroup's rows and its
-  // kWarpGroupN weight rows.
+  // Accumulator i of a thread: row 16 * warp + lane / 4 (+ 8 for i % 4 >= 2), column
+  // 8 * (i / 4) + 2 * (lane % 4) + i % 2, within this warpgroup's 64 x kWarpGroupN tile.
   const int first_row = (kSplitRows ? warp_group * Tile::kWarpGroupRows : 0) + warp * 16 + lane / 4;
   constexpr int kWarpGroupColumns = kGated ? Tile::kWarpGroupN / 2 : Tile::kWarpGroupN;
   // After the quad's trade a lane stores chunk lane % 4 of each four (accumulator_chunks.cuh).
   const int64_t chunk_offset = (kSplitRows ? 0 : warp_group * kWarpGroupColumns) + (lane % 4) * 8;
   auto* out = static_cast<__nv_bfloat16*>(a.out);
-  float acc[kRowGroups][Tile::kWarpGroupN / 2];
+  float acc[Tile::kWarpGroupN / 2];
 
   // Frees a stage: one arrival per consumer warp, on the `empty` barrier of every thread block of
   // the cluster, so that no producer of it runs more than the ring ahead of any consumer.
@@ -507,10 +490,40 @@ __global__ void __launch_bounds__(TmaTile<kBlockM>::kThreads, 1)
     }
   };
 
-  // The MMAs of every stage of a tile on the first kGroups row groups of this warpgroup.
-  auto mainloop = [&](auto groups) {
-    constexpr int kGroups = decltype(groups)::value;
-    [[maybe_unused]] int previous_stage = 0;  // not kEager: the stage whose MMAs may still run
+  auto consume = [&](const TileWork& work) {
+    // tma_dynamic, block_m 128: the upper warpgroup of a block with at most 64 rows (often the last
+    // block of an expert) has nothing to compute; it only takes and frees the stages, and the lower
+    // one has the tensor cores to itself. The producer's flag arrives with the first stage, so the
+    // wait for it is the one the mainloop would start with (decided here, before the mainloop: a
+    // branch inside it makes ptxas serialize the wgmma instructions). On the H200 this took
+    // tma_dynamic/128 1-4% faster but tma/128 and tma_pair/128 1-9% slower at 4096 and more
+    // tokens (cause not found), so only the dynamic walk does it.
+    bool idle = !work.rows;
+    if (kSplitRows && kDynamic && !idle && k_tiles > 0) {
+      barrier_wait(full_barrier(ring.stage), ring.phase);
+      idle = warp_group == 1 && stage_upper_rows_empty[ring.stage];
+    }
+    if (idle) {
+      // No rows here: take each stage and free it, so every consumer warp (and every thread block
+      // of a cluster) uses every stage equally often.
+      for (int kt = 0; kt < k_tiles; ++kt, ring.advance()) {
+        barrier_wait(full_barrier(ring.stage), ring.phase);
+        free_stage(ring.stage);
+      }
+      return;
+    }
+    // The epilogue's rows, read now so the loads hide behind the mainloop.
+    int32_t pair[2];
+    float scale[2];
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int32_t p = a.sorted_pair_ids[work.block * kBlockM + first_row + half * 8];
+      pair[half] = p >= 0 && p < a.num_pairs ? p : -1;
+      scale[half] =
+          (!kGated && a.topk_weights != nullptr && pair[half] >= 0) ? a.topk_weights[p] : 1.0f;
+    }
+
+    int previous_stage = 0;
     for (int kt = 0; kt < k_tiles; ++kt, ring.advance()) {
       barrier_wait(full_barrier(ring.stage), ring.phase);
       // The A rows came through cp.async (generic proxy); wgmma reads through the async proxy.
@@ -523,14 +536,12 @@ __global__ void __launch_bounds__(TmaTile<kBlockM>::kThreads, 1)
         // Within the swizzled 128-byte row, step k16 is 32 bytes further. The first step of a
         // tile overwrites the accumulators.
         const bool accumulate = kt > 0 || kk > 0;
-#pragma unroll
-        for (int g = 0; g < kGroups; ++g) {
-          const uint64_t a_descriptor = wgmma_descriptor(a_tile + g * 64 * kRowBytes + kk * 32);
-          if constexpr (Tile::kWarpGroupN == 256) {
-            wgmma_m64n256k16(acc[g], a_descriptor, wgmma_descriptor(b_tile + kk * 32), accumulate);
-          } else {
-            wgmma_m64n128k16(acc[g], a_descriptor, wgmma_descriptor(b_tile + kk * 32), accumulate);
-          }
+        if constexpr (Tile::kWarpGroupN == 256) {
+          wgmma_m64n256k16(acc, wgmma_descriptor(a_tile + kk * 32),
+                           wgmma_descriptor(b_tile + kk * 32), accumulate);
+        } else {
+          wgmma_m64n128k16(acc, wgmma_descriptor(a_tile + kk * 32),
+                           wgmma_descriptor(b_tile + kk * 32), accumulate);
         }
       }
       wgmma_commit();
@@ -548,64 +559,6 @@ __global__ void __launch_bounds__(TmaTile<kBlockM>::kThreads, 1)
       wgmma_wait<0>();
       free_stage(previous_stage);
     }
-  };
-
-  auto consume = [&](const TileWork& work) {
-    // tma_dynamic, block_m 128 and 256: a warpgroup whose rows are all padding (often in the last
-    // block of an expert) has nothing to compute; it only takes and frees the stages, and the
-    // other one has the tensor cores to itself; with 256, a warpgroup whose second 64 rows are all
-    // padding runs the MMAs of its first 64 only. The producer's flags arrive with the first stage,
-    // so the wait for them is the one the mainloop would start with (decided here, before the
-    // mainloop: a branch inside it makes ptxas serialize the wgmma instructions). On the H200 this
-    // took tma_dynamic/128 1-4% faster but tma/128 and tma_pair/128 1-9% slower at 4096 and more
-    // tokens (cause not found), so only the dynamic walk does it.
-    bool idle = !work.rows;
-    int groups = kRowGroups;
-    if (kSplitRows && kDynamic && !idle && k_tiles > 0) {
-      barrier_wait(full_barrier(ring.stage), ring.phase);
-      const uint32_t empty_groups = stage_empty_row_groups[ring.stage] >> (warp_group * kRowGroups);
-      idle = (empty_groups & 1) != 0;
-      if (kRowGroups == 2 && (empty_groups & 2) != 0) groups = 1;
-    }
-    if (idle) {
-      // No rows here: take each stage and free it, so every consumer warp (and every thread block
-      // of a cluster) uses every stage equally often.
-      for (int kt = 0; kt < k_tiles; ++kt, ring.advance()) {
-        barrier_wait(full_barrier(ring.stage), ring.phase);
-        free_stage(ring.stage);
-      }
-      return;
-    }
-    // The epilogue's rows, read now so the loads hide behind the mainloop (block_m 256: the router
-    // weights after it, for registers).
-    int32_t pair[kRowGroups][2];
-    float scale[kRowGroups][2];
-#pragma unroll
-    for (int g = 0; g < kRowGroups; ++g) {
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int32_t p = a.sorted_pair_ids[work.block * kBlockM + first_row + g * 64 + half * 8];
-        pair[g][half] = p >= 0 && p < a.num_pairs && g < groups ? p : -1;
-      }
-    }
-    auto read_scales = [&] {
-#pragma unroll
-      for (int g = 0; g < kRowGroups; ++g) {
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const int32_t p = pair[g][half];
-          scale[g][half] =
-              (!kGated && a.topk_weights != nullptr && p >= 0) ? a.topk_weights[p] : 1.0f;
-        }
-      }
-    };
-    if constexpr (kRowGroups == 1) read_scales();
-    if (kRowGroups == 2 && groups == 1) {
-      mainloop(std::integral_constant<int, 1>{});
-    } else {
-      mainloop(std::integral_constant<int, kRowGroups>{});
-    }
-    if constexpr (kRowGroups > 1) read_scales();
 
     // Four chunks of 8 columns at a time: the quad trades them so each lane stores one whole
     // (accumulator_chunks.cuh). A warp whose eight rows are all padding (the end of a block) skips
@@ -613,35 +566,32 @@ __global__ void __launch_bounds__(TmaTile<kBlockM>::kThreads, 1)
     constexpr int kOutChunks = kWarpGroupColumns / 8;
     const int64_t chunk_column = work.first_column + chunk_offset;
 #pragma unroll
-    for (int g = 0; g < kRowGroups; ++g) {
+    for (int half = 0; half < 2; ++half) {
+      if (__all_sync(0xffffffffu, pair[half] < 0)) continue;
+      __nv_bfloat16* out_row =
+          out + static_cast<int64_t>(pair[half] < 0 ? 0 : pair[half]) * columns;
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        if (__all_sync(0xffffffffu, pair[g][half] < 0)) continue;
-        __nv_bfloat16* out_row =
-            out + static_cast<int64_t>(pair[g][half] < 0 ? 0 : pair[g][half]) * columns;
+      for (int group = 0; group < kOutChunks / 4; ++group) {
+        uint32_t packed[4];
 #pragma unroll
-        for (int group = 0; group < kOutChunks / 4; ++group) {
-          uint32_t packed[4];
+        for (int j = 0; j < 4; ++j) {
+          const int n = group * 4 + j;
+          float v[2];
 #pragma unroll
-          for (int j = 0; j < 4; ++j) {
-            const int n = group * 4 + j;
-            float v[2];
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              const float x = acc[g][n * 4 + half * 2 + e];
-              if constexpr (kGated) {
-                v[e] = silu(x) * acc[g][(n + kOutChunks) * 4 + half * 2 + e];
-              } else {
-                v[e] = x * scale[g][half];
-              }
+          for (int e = 0; e < 2; ++e) {
+            const float x = acc[n * 4 + half * 2 + e];
+            if constexpr (kGated) {
+              v[e] = silu(x) * acc[(n + kOutChunks) * 4 + half * 2 + e];
+            } else {
+              v[e] = x * scale[half];
             }
-            packed[j] = pack_bf16_pair(v[0], v[1]);
           }
-          const uint4 chunk = transpose_quad(packed);
-          const int64_t column = chunk_column + group * 32;
-          if (pair[g][half] >= 0 && column < columns) {
-            *reinterpret_cast<uint4*>(out_row + column) = chunk;
-          }
+          packed[j] = pack_bf16_pair(v[0], v[1]);
+        }
+        const uint4 chunk = transpose_quad(packed);
+        const int64_t column = chunk_column + group * 32;
+        if (pair[half] >= 0 && column < columns) {
+          *reinterpret_cast<uint4*>(out_row + column) = chunk;
         }
       }
     }
@@ -718,7 +668,7 @@ void launch(const GroupedGemmArgs& args, cudaStream_t stream) {
   if (args.max_multiprocessors > 0) {
     multiprocessors = std::min(multiprocessors, args.max_multiprocessors);
   }
-  const int64_t columns_per_tile = kGated ? Tile::kTileN / 2 : Tile::kTileN;
+  const int64_t columns_per_tile = kGated ? kTileN / 2 : kTileN;
   const int64_t tiles = (args.max_blocks + kCluster - 1) / kCluster *
                         ((args.out_columns + columns_per_tile - 1) / columns_per_tile);
 
@@ -778,13 +728,11 @@ void launch_variant(GemmKernel kernel, bool gated, const GroupedGemmArgs& args,
 void tma_grouped_gemm(GemmKernel kernel, bool gated, const GroupedGemmArgs& args,
                       cudaStream_t stream) {
   // 128 rows: half the input traffic per flop; 64 rows, for experts with fewer pairs: less padding
-  // computed; 256 (tma_dynamic only, grouped_gemm checks): one block for an expert of up to 256.
+  // computed.
   if (args.block_m == 64) {
     launch_variant<64>(kernel, gated, args, stream);
-  } else if (args.block_m == 128) {
-    launch_variant<128>(kernel, gated, args, stream);
   } else {
-    launch_gated_or_not<256, false, 1, true>(gated, args, stream);
+    launch_variant<128>(kernel, gated, args, stream);
   }
   check_launch("grouped_gemm (tma)");
 }

@@ -75,8 +75,6 @@ std::vector<cuda::ExpertsPlan> candidate_plans(const ExpertsProblem& problem) {
             cuda::GemmKernel::kTmaPair, cuda::GemmKernel::kTmaDynamic}) {
         for (int64_t block_m : {64, 128}) plans.push_back({kernel, block_m, false});
       }
-      // 256-row blocks pay off only where an expert fills more than one 128-row block.
-      if (rows_per_expert >= 96) plans.push_back({cuda::GemmKernel::kTmaDynamic, 256, false});
     }
   }
   return plans;
