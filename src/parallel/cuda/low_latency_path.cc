@@ -1,8 +1,8 @@
 // The peer-to-peer data path: one IPC-mapped region per rank, laid out identically on every rank,
-// written by peers directly (ep_kernels.h). The low-latency path (fixed capacity, capturable in a
-// CUDA graph) and, on one host with every GPU reachable, the high-throughput path (the capacity
-// grows collectively to the most tokens a rank has, so nothing overflows). Per rank, for N
-// ranks, capacity C, H, k:
+// written (and with the pull combine read) by peers directly (ep_kernels.h). The low-latency path
+// (fixed capacity, capturable in a CUDA graph) and, on one host with every GPU reachable, the
+// high-throughput path (the capacity grows collectively to the most tokens a rank has, so nothing
+// overflows). Per rank, for N ranks, capacity C, H, k:
 //
 //   dispatch rows     bf16 [N, C, H]   block s: rows from source s
 //   dispatch ids      int32 [N, C, k]  (the experts read rows, ids and weights in place)
@@ -123,7 +123,11 @@ class LowLatencyPath : public DataPath {
   }
 
   void combine(void* out, cudaStream_t stream) override {
-    pull_combine_ ? combine_pull_rows(out, stream) : combine_push_rows(out, stream);
+    if (pull_combine_) {
+      combine_pull_rows(out, stream);
+    } else {
+      combine_push_rows(out, stream);
+    }
   }
 
   Status read_status(cudaStream_t stream) const override { return scratch_.read_status(stream); }
