@@ -384,9 +384,8 @@ int run(int argc, char** argv) {
     std::printf(
         "model          tokens path    | dispatch    GB/s |  combine    GB/s |   experts      step "
         "graph d+x+c | nccl a2a    GB/s | disp%% comb%% | disp\n"
-        "                 /rank         |       us   /GPU  |       us   /GPU  |        us        "
-        "us "
-        "         us |       us   /GPU  | of peer copy | /a2a\n");
+        "                 /rank        |       us   /GPU  |       us   /GPU  |        us "
+        "       us          us |       us   /GPU  | of peer copy | /a2a\n");
   }
   for (const std::string& model : models) {
     for (int64_t t : tokens) {

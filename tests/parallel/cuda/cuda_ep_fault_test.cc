@@ -25,10 +25,9 @@
 // The combine is the layer's default (CombineKind::kAuto: MOE_EP_COMBINE, else pull), named in
 // the verdict; with the pull combine the survivor never reads the victim's buffer once its flag
 // did not come. The layer's timeout bounds the waits on the GPU, the communicators' timeouts (set
-// to the same TIMEOUT_MS once the layer is built) those in MPI and NCCL. Each survivor prints "rank
-// R: PASS
-// ..." or "rank R: FAIL ...", waits a moment for the others to print, and ends the job with
-// MPI_Abort: after a timeout a peer is in an unknown step, and the layer's destructor is a
+// to the same TIMEOUT_MS once the layer is built) those in MPI and NCCL. Each survivor prints
+// "rank R: PASS ..." or "rank R: FAIL ...", waits a moment for the others to print, and ends the
+// job with MPI_Abort: after a timeout a peer is in an unknown step, and the layer's destructor is a
 // collective the victim can no longer join. Exits 77 on every rank (skipped) without two ranks
 // that each have a GPU.
 #include <cuda_runtime_api.h>
