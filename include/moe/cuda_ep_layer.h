@@ -11,7 +11,8 @@
 //   experts   the CUDA experts (align, gemm1, gemm2, sum) on the received rows in place, with
 //             this rank's expert map: the result is one partial row per (token, serving rank),
 //             the sum of that token's pairs served here in ascending j
-//   combine   each partial row back to its source, which adds them in ascending rank order
+//   combine   each partial row back to its source, which adds them in ascending rank order;
+//             peer to peer either pushed by the serving rank or pulled by the source (CombineKind)
 //
 // Two data paths, after DeepEP's two modes:
 //   low-latency      (decode) peer-to-peer writes over NVLink into buffers allocated once per rank
@@ -36,6 +37,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -48,6 +50,21 @@
 
 namespace moe {
 
+// How the peer-to-peer paths (low-latency, and high-throughput on a P2P host) bring the experts'
+// partial rows back to their sources; the path over NCCL has one way (an all-to-all). A collective
+// choice: every rank must resolve to the same (checked at construction).
+enum class CombineKind : uint8_t {
+  kAuto,  // MOE_EP_COMBINE (push or pull) where set, else kPull
+  kPush,  // the serving rank writes each partial row into its source's buffer, then a flag
+  kPull,  // the serving rank publishes a flag; the source reads the rows from the server's buffer
+};
+
+const char* combine_kind_name(CombineKind kind);          // "auto" | "push" | "pull"
+CombineKind parse_combine_kind(const std::string& name);  // throws moe::Error on others
+// kPush or kPull: `requested` itself, or for kAuto MOE_EP_COMBINE's (throws moe::Error naming
+// the variable on a value other than push, pull or auto), else kPull.
+CombineKind resolve_combine_kind(CombineKind requested);
+
 struct CudaEpOptions {
   DispatcherKind dispatcher = DispatcherKind::kLowLatency;  // moe/ep_layer.h
   // Low-latency: the most token rows one rank sends another per step. A rank never sends one
@@ -58,6 +75,9 @@ struct CudaEpOptions {
   // High-throughput: NCCL even where every GPU reaches every other peer to peer (tests, and
   // comparing the two transports).
   bool high_throughput_over_nccl = false;
+  // Peer-to-peer paths: push or pull the partial rows (above). The layer's options() hold the
+  // resolved kind.
+  CombineKind combine = CombineKind::kAuto;
   int64_t block_m = 0;  // experts' rows per block; 0 = the CUDA backend's choice
   // Two-batch overlap: a second stream with its own data-path buffers (flags, step numbers,
   // IPC mappings) and experts' workspace, for forward_two_batch and friends. A collective
@@ -158,7 +178,7 @@ class CudaEpLayer {
   void* stream() const;  // the cudaStream_t every stage runs on
   const MoeConfig& config() const { return config_; }
   const ExpertMap& expert_map() const;
-  const CudaEpOptions& options() const { return options_; }
+  const CudaEpOptions& options() const { return options_; }  // combine resolved (not kAuto)
   const CudaEpStats& last_stats() const;
 
  private:

@@ -32,11 +32,6 @@ __host__ __device__ int64_t segments_of(int64_t hidden_size, int64_t segment) {
   return (hidden_size / 8 + segment - 1) / segment;
 }
 
-__device__ void note_error(Status* status, uint32_t bit, uint32_t step) {
-  atomicOr(&status->bits, bit);
-  atomicCAS(&status->step, 0u, step);
-}
-
 __device__ void publish_counts(const CombineSendArgs& a) {
   __threadfence_system();
   const uint32_t step = *a.step;
@@ -88,22 +83,7 @@ __global__ void __launch_bounds__(kThreads) combine_send_kernel(CombineSendArgs 
 __device__ void wait_for_combine(const CombineSumArgs& a) {
   if (threadIdx.x >= a.num_ranks) return;
   const int d = static_cast<int>(threadIdx.x);
-  const uint32_t step = *a.step;
-  bool timed_out = false;
-  uint64_t seen = 0;
-  const uint64_t flag =
-      wait_for_step(&a.flags[d], step, global_timer_ns() + a.timeout_ns, &timed_out, &seen);
-  if (timed_out) {
-    if (atomicCAS(&a.status->timeout_peer, -1, d) == -1) {
-      a.status->timeout_expected_step = step;
-      a.status->timeout_last_flag = seen;
-    }
-    note_error(a.status, kStatusCombineTimeout, step);
-  } else if ((flag_value(flag) & kOverflowSeenBit) != 0 &&
-             (a.status->bits & kStatusOverflow) == 0) {
-    atomicCAS(&a.status->overflow_reported_by, -1, d);
-    note_error(a.status, kStatusPeerOverflow, step);
-  }
+  wait_for_combine_flag(&a.flags[d], d, *a.step, a.timeout_ns, a.status);
 }
 
 __global__ void __launch_bounds__(kThreads) combine_sum_kernel(CombineSumArgs a) {

@@ -33,11 +33,6 @@ constexpr int kWaitThreads = 512;
 constexpr int kMaxWaitBlocks = 8;
 static_assert(kMaxChunk <= kThreads, "one thread per token of a chunk finds its destinations");
 
-__device__ void note_error(Status* status, uint32_t bit, uint32_t step) {
-  atomicOr(&status->bits, bit);
-  atomicCAS(&status->step, 0u, step);
-}
-
 __device__ bool served_by(const DispatchSendArgs& a, int32_t expert, int rank) {
   return expert >= 0 && expert < a.num_experts && a.rank_of_expert[expert] == rank;
 }
@@ -172,11 +167,7 @@ __global__ void __launch_bounds__(kWaitThreads) dispatch_wait_kernel(DispatchWai
     int64_t needed = 0;
     if (timed_out) {
       // Any block's timeout fails the step, so blocks that disagree about a late flag are safe.
-      if (atomicCAS(&a.status->timeout_peer, -1, s) == -1) {
-        a.status->timeout_expected_step = step;
-        a.status->timeout_last_flag = seen;
-      }
-      note_error(a.status, kStatusDispatchTimeout, step);
+      note_timeout(a.status, s, step, seen, kStatusDispatchTimeout);
     } else {
       needed = flag_value(flag);
       if (needed > a.capacity) {

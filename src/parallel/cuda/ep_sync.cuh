@@ -1,6 +1,7 @@
 // Device-side synchronization between GPUs of one host, for the low-latency kernels: flags that
 // carry a step number, published with a system-scope release and read with a system-scope
-// acquire, and a bounded spin that gives up at a deadline instead of hanging.
+// acquire, a bounded spin that gives up at a deadline instead of hanging, and what a wait that
+// failed records in the Status.
 //
 // A flag is one 64-bit word: the step number in the high 32 bits, a value (a row count) in the
 // low 32. Publishing both in one store means a reader that sees the step also sees its count, and
@@ -8,6 +9,8 @@
 #pragma once
 
 #include <cstdint>
+
+#include "parallel/cuda/ep_status.h"
 
 namespace moe::cuda::ep {
 
@@ -65,6 +68,43 @@ __device__ __forceinline__ uint64_t wait_for_step(const uint64_t* flag, uint32_t
       return 0;
     }
   }
+}
+
+// Sets an error bit; the status keeps the step of the first.
+__device__ __forceinline__ void note_error(Status* status, uint32_t bit, uint32_t step) {
+  atomicOr(&status->bits, bit);
+  atomicCAS(&status->step, 0u, step);
+}
+
+// A wait for `peer`'s flag of `step` that timed out (bit: the stage's); the first one records what
+// it expected and the word it last saw.
+__device__ __forceinline__ void note_timeout(Status* status, int peer, uint32_t step, uint64_t seen,
+                                             uint32_t bit) {
+  if (atomicCAS(&status->timeout_peer, -1, peer) == -1) {
+    status->timeout_expected_step = step;
+    status->timeout_last_flag = seen;
+  }
+  note_error(status, bit, step);
+}
+
+// One thread's bounded wait for `peer`'s combine flag of `step`. Records a timeout, or an overflow
+// the peer saw in this step that this rank did not see itself (so every rank fails the step).
+// Returns whether the flag came.
+__device__ __forceinline__ bool wait_for_combine_flag(const uint64_t* flag, int peer, uint32_t step,
+                                                      uint64_t timeout_ns, Status* status) {
+  bool timed_out = false;
+  uint64_t seen = 0;
+  const uint64_t word =
+      wait_for_step(flag, step, global_timer_ns() + timeout_ns, &timed_out, &seen);
+  if (timed_out) {
+    note_timeout(status, peer, step, seen, kStatusCombineTimeout);
+    return false;
+  }
+  if ((flag_value(word) & kOverflowSeenBit) != 0 && (status->bits & kStatusOverflow) == 0) {
+    atomicCAS(&status->overflow_reported_by, -1, peer);
+    note_error(status, kStatusPeerOverflow, step);
+  }
+  return true;
 }
 
 }  // namespace moe::cuda::ep
