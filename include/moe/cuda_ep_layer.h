@@ -13,6 +13,9 @@
 //             the sum of that token's pairs served here in ascending j
 //   combine   each partial row back to its source, which adds them in ascending rank order;
 //             peer to peer either pushed by the serving rank or pulled by the source (CombineKind)
+//   shared    where the config has shared experts (DeepSeek-V3, Qwen2-MoE): their MLP on this
+//             rank's own tokens, added to the combined rows (every rank holds the shared weights,
+//             as the CPU EpMoeLayer does)
 //
 // Two data paths, after DeepEP's two modes:
 //   low-latency      (decode) peer-to-peer writes over NVLink into buffers allocated once per rank
@@ -103,15 +106,16 @@ struct CudaEpStats {
   // with count_served_pairs(true), empty otherwise.
   std::vector<int64_t> pairs_per_local_slot;
   // GPU times of the stages in microseconds (forward / forward_routed only; two-batch steps have
-  // route and total only: their stages overlap).
-  double route_us = 0, dispatch_us = 0, experts_us = 0, combine_us = 0, total_us = 0;
+  // route and total only: their stages overlap). shared_us stays 0 without shared experts.
+  double route_us = 0, dispatch_us = 0, experts_us = 0, combine_us = 0, shared_us = 0, total_us = 0;
 };
 
 class CudaEpLayer {
  public:
   // The layer of rank host.rank() on the current CUDA device. local_weights: router [E, H] bf16
   // (and its biases); w13 [L, 2I, H] and w2 [L, H, I] bf16 for this rank's L slots
-  // (local_layer_weights in moe/ep_layer.h). `host` is a host-memory communicator (MPI) of the
+  // (local_layer_weights in moe/ep_layer.h); the shared experts' bf16 weights where the config
+  // has them, whole on every rank. `host` is a host-memory communicator (MPI) of the
   // ranks: it bootstraps the IPC buffers and carries the high-throughput counts; `device` (NCCL, on
   // this device) moves the high-throughput rows where they cannot go peer to peer, and may be
   // null for the low-latency path (and for the high-throughput one on a P2P host). Both must
@@ -122,7 +126,8 @@ class CudaEpLayer {
   CudaEpLayer(MoeConfig config, const LayerWeights& local_weights, ExpertMap map,
               Communicator& host, Communicator* device, CudaEpOptions options = {});
   // The same with this rank's expert weights drawn on the GPU (benchmarks of large shapes), the
-  // router too: N(0, 1/H) router and w13, N(0, 1/I) w2, from `seed`.
+  // router too: N(0, 1/H) router and w13, N(0, 1/I) w2, from `seed`; shared experts (the same
+  // on every rank) as cuda::SharedExperts::random draws them.
   static CudaEpLayer synthetic(MoeConfig config, ExpertMap map, Communicator& host,
                                Communicator* device, CudaEpOptions options, uint64_t seed);
   ~CudaEpLayer();
@@ -143,7 +148,8 @@ class CudaEpLayer {
   // the low-latency path none synchronizes the host, so the three can be captured in a graph
   // once a step of the same M ran outside it; finish_step() then synchronizes and reports.
   // The high-throughput dispatch all-gathers the token counts on the host (and synchronizes for
-  // the row counts over NCCL).
+  // the row counts over NCCL). combine also adds the shared experts, which read dispatch's hidden
+  // again: it must stay in place until then, apart from out.
   void dispatch(const TensorView& hidden, const TensorView& topk_ids,
                 const TensorView& topk_weights);
   void experts();
@@ -153,10 +159,11 @@ class CudaEpLayer {
   // Two-batch overlap (options().two_batch_overlap): the step's tokens split in two
   // micro-batches, rows [0, ceil(M/2)) and the rest, each with its own stream and buffers, so
   // one's dispatch and combine run while the other's experts compute:
-  //   stream():   dispatch 0 | experts 0 |             | combine 0 |
-  //   second:                | dispatch 1 | experts 1               | combine 1
+  //   stream():   dispatch 0 | experts 0 |             | combine 0 | shared 0
+  //   second:                | dispatch 1 | experts 1               | combine 1 | shared 1
   // Transfers keep the order dispatch 0, dispatch 1, combine 0, combine 1 and the experts run
-  // one after the other (events between the streams), alike on every rank. The result equals
+  // one after the other (events between the streams), alike on every rank; each micro-batch's
+  // shared experts (if any) follow its combine on its stream. The result equals
   // forward's within the same bf16 tolerance (each micro-batch is a step of its own; with
   // replicas the choice counts each micro-batch's pairs from 0).
   void forward_two_batch(const TensorView& hidden, const TensorView& out);

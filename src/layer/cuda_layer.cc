@@ -34,11 +34,10 @@ void check_supported(const MoeConfig& config, const LayerWeights& w) {
         cuda::kMaxRoutedExperts, cuda::kMaxTopK, cuda::kMaxGroups, r.num_experts, r.top_k,
         r.num_groups);
   }
-  if (x.activation != Activation::kSilu || x.has_bias || r.apply_weight_on_input ||
-      x.shared_intermediate_size > 0) {
+  if (x.activation != Activation::kSilu || x.has_bias || r.apply_weight_on_input) {
     fail(
-        "MoeLayer on CUDA: runs SiLU-gated experts without biases, shared experts or the "
-        "weight on the input so far; this config ({}) needs one of them",
+        "MoeLayer on CUDA: runs SiLU-gated experts without biases or the weight on the input so "
+        "far; this config ({}) needs one of them",
         config.model_type);
   }
 }
@@ -60,9 +59,18 @@ CudaLayer::CudaLayer(const MoeConfig& config, const LayerWeights& weights)
   upload(w2_, weights.w2);
   if (weights.router_bias.defined()) upload(router_bias_, weights.router_bias);
   if (weights.correction_bias.defined()) upload(correction_bias_, weights.correction_bias);
+  if (config.experts.shared_intermediate_size > 0) {
+    shared_ = cuda::SharedExperts(weights.shared_w13, weights.shared_w2, weights.shared_gate);
+    shared_workspace_.emplace();
+    check(cudaEventCreate(&shared_start_), "cudaEventCreate");
+    check(cudaEventCreate(&shared_end_), "cudaEventCreate");
+  }
 }
 
 CudaLayer::~CudaLayer() {
+  // Nothing to report from a destructor.
+  if (shared_start_ != nullptr) cudaEventDestroy(shared_start_);
+  if (shared_end_ != nullptr) cudaEventDestroy(shared_end_);
   if (cublas_ != nullptr) cublasDestroy(cublas_);
 }
 
@@ -96,6 +104,7 @@ void CudaLayer::forward(const TensorView& hidden, const TensorView& out,
     hidden_data = hidden_.data();
     out_data = out_.data();
   }
+  if (shared_.defined()) shared_.check_args(hidden_data, M, out_data);
   logits_.reserve(std::max<int64_t>(M * E, 1) * sizeof(float));
   ids_.reserve(std::max<int64_t>(M * k, 1) * sizeof(int32_t));
   weights_.reserve(std::max<int64_t>(M * k, 1) * sizeof(float));
@@ -136,6 +145,12 @@ void CudaLayer::forward(const TensorView& hidden, const TensorView& out,
   problem.out = out_data;
   experts_.run(problem, cuda::default_plan(problem), stream, &times);
   times.route_us = route_us;
+  if (shared_.defined()) {
+    // Added to the routed sum the experts left in out.
+    check(cudaEventRecord(shared_start_, stream), "cudaEventRecord");
+    shared_.run(hidden_data, M, out_data, *shared_workspace_, stream);
+    check(cudaEventRecord(shared_end_, stream), "cudaEventRecord");
+  }
 
   topk_ids.resize(M * k);
   topk_weights.resize(M * k);
@@ -154,6 +169,11 @@ void CudaLayer::forward(const TensorView& hidden, const TensorView& out,
           "cudaMemcpyAsync (out)");
   }
   check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  if (shared_.defined()) {
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, shared_start_, shared_end_), "cudaEventElapsedTime");
+    times.shared_us = ms * 1000.0;
+  }
 }
 
 }  // namespace moe

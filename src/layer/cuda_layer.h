@@ -1,16 +1,19 @@
 // The GPU half of MoeLayer (backend kCuda): the layer's weights copied once to the memory of the
-// device current at construction, then route (cuBLAS router GEMM + fused select) and the experts
-// on the caller's stream, over buffers that grow to the largest batch and are then reused.
+// device current at construction, then route (cuBLAS router GEMM + fused select), the routed
+// experts and the shared experts (added to the routed sum) on the caller's stream, over buffers
+// that grow to the largest batch and are then reused.
 #pragma once
 
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/fused_experts.h"
+#include "kernels/cuda/shared_experts.h"
 #include "moe/config.h"
 #include "moe/experts.h"
 #include "moe/layer.h"
@@ -41,6 +44,9 @@ class CudaLayer {
   cuda::ExpertsRunner experts_;
   cuda::DeviceBuffer router_, router_bias_, correction_bias_, w13_, w2_;
   cuda::DeviceBuffer hidden_, out_, logits_, ids_, weights_, counts_;
+  cuda::SharedExperts shared_;  // undefined without shared experts
+  std::optional<cuda::SharedExpertsWorkspace> shared_workspace_;
+  cudaEvent_t shared_start_ = nullptr, shared_end_ = nullptr;  // times the shared experts
 };
 
 }  // namespace moe

@@ -8,6 +8,7 @@
 
 #include <array>
 #include <cmath>
+#include <optional>
 #include <string>
 
 #include "kernels/cuda/align_block_size.h"
@@ -16,6 +17,7 @@
 #include "kernels/cuda/fill_random.h"
 #include "kernels/cuda/fused_experts.h"
 #include "kernels/cuda/routing.h"
+#include "kernels/cuda/shared_experts.h"
 #include "moe/error.h"
 #include "ops/cuda_plan_choice.h"
 #include "parallel/cuda/data_path.h"
@@ -47,11 +49,10 @@ void check_config(const MoeConfig& config, const ExpertMap& map, const Communica
          cuda::kMaxRoutedExperts, cuda::kMaxTopK, cuda::kMaxGroups, r.num_experts, r.top_k,
          r.num_groups);
   }
-  if (x.activation != Activation::kSilu || x.has_bias || r.apply_weight_on_input ||
-      x.shared_intermediate_size > 0) {
+  if (x.activation != Activation::kSilu || x.has_bias || r.apply_weight_on_input) {
     fail(
-        "CudaEpLayer: runs SiLU-gated experts without biases, shared experts or the weight on "
-        "the input so far; this config ({}) needs one of them",
+        "CudaEpLayer: runs SiLU-gated experts without biases or the weight on the input so far; "
+        "this config ({}) needs one of them",
         config.model_type);
   }
   if (x.hidden_size % 8 != 0) {
@@ -106,6 +107,18 @@ int64_t check_routed_tokens(const MoeConfig& config, const TensorView& hidden,
   return M;
 }
 
+// A whole step's tensors, checked before any of it is queued: the routed tokens, out [M, H] bf16
+// on the GPU, and (with shared experts, which read hidden after combine wrote out) hidden and out
+// apart. Returns M.
+int64_t check_step(const MoeConfig& config, const cuda::SharedExperts& shared,
+                   const TensorView& hidden, const TensorView& topk_ids,
+                   const TensorView& topk_weights, const TensorView& out) {
+  const int64_t M = check_routed_tokens(config, hidden, topk_ids, topk_weights);
+  check_tokens(out, "out", DType::kBF16, M, config.experts.hidden_size);
+  if (shared.defined()) shared.check_args(hidden.data, M, out.data);
+  return M;
+}
+
 // Makes `device` current without a call when it already is (cheap, and nothing but queries while
 // a stream is being captured).
 void use_device(int device) {
@@ -114,7 +127,8 @@ void use_device(int device) {
   if (current != device) check(cudaSetDevice(device), "cudaSetDevice");
 }
 
-// Elapsed microseconds between consecutive events of one step.
+// Elapsed microseconds between the events of one step: 0 before route, 1 before dispatch, 2
+// before the experts, 3 before combine, 4 before the shared experts, 5 at the end.
 class StepEvents {
  public:
   StepEvents() {
@@ -133,7 +147,7 @@ class StepEvents {
   }
 
  private:
-  std::array<cudaEvent_t, 5> events_{};
+  std::array<cudaEvent_t, 6> events_{};
 };
 
 // An event for ordering work across streams (no timing).
@@ -171,8 +185,10 @@ struct Lane {
   cudaStream_t stream = nullptr;
   std::unique_ptr<cuda::ep::DataPath> path;
   cuda::ExpertsRunner experts;
-  cuda::DeviceBuffer slot_ids;  // replica choice: each pair's slot
+  cuda::DeviceBuffer slot_ids;   // replica choice: each pair's slot
+  const void* hidden = nullptr;  // this lane's step's own token rows, for the shared experts
   int64_t num_tokens = 0;
+  std::optional<cuda::SharedExpertsWorkspace> shared;  // with shared experts
   cuda::DeviceBuffer served_pairs;  // [local slots] int32: pairs counted in this lane's step
   bool counted = false;             // this lane's step queued the count
 };
@@ -185,6 +201,7 @@ struct CudaEpLayer::State {
   cublasHandle_t cublas = nullptr;
   int64_t num_local = 0;
   cuda::DeviceBuffer router, router_bias, correction_bias, w13, w2;
+  cuda::SharedExperts shared;  // every rank's copy, run on its own tokens; undefined without
   cuda::DeviceBuffer kernel_map, rank_of_slot;  // [S] each
   // Replica choice (replica_choice.h): the candidates' table, and each pair's slot. Skipped when
   // slot s holds expert s for every s (the ids are the slots).
@@ -212,9 +229,12 @@ struct CudaEpLayer::State {
                 const float* weights, int64_t num_tokens);
   void experts(Lane& lane, const MoeConfig& config, const CudaEpOptions& options,
                int max_multiprocessors);
+  // After the lane's combine: out [lane's tokens, H] += the shared experts of its own rows.
+  void add_shared(Lane& lane, void* out);
   ~State() {
     for (Lane& lane : lanes) {
-      lane.path.reset();  // a collective: before the stream goes
+      lane.path.reset();    // a collective: before the stream goes
+      lane.shared.reset();  // its cuBLAS handle is bound to the stream
       if (lane.stream != nullptr) cudaStreamDestroy(lane.stream);
     }
     if (cublas != nullptr) cublasDestroy(cublas);
@@ -245,7 +265,18 @@ CudaEpLayer::CudaEpLayer(MoeConfig config, const LayerWeights& w, ExpertMap map,
         host.rank(), L, E, H, L, 2 * I, H, L, H, I, shape_string(w.router.shape()),
         shape_string(w.w13.shape()), shape_string(w.w2.shape()));
   }
+  const int64_t Is = config_.experts.shared_intermediate_size;
+  if (Is > 0 && (w.shared_w13.shape() != Shape{2 * Is, H} || w.shared_w2.shape() != Shape{H, Is} ||
+                 w.shared_gate.defined() != config_.experts.shared_gate)) {
+    fail(
+        "CudaEpLayer: the config's shared experts need shared_w13 [{}, {}], shared_w2 [{}, {}] "
+        "and {}; got {}, {} and {}",
+        2 * Is, H, H, Is, config_.experts.shared_gate ? "a shared_gate [1, H]" : "no shared_gate",
+        shape_string(w.shared_w13.shape()), shape_string(w.shared_w2.shape()),
+        w.shared_gate.defined() ? "a shared_gate" : "no shared_gate");
+  }
   state_ = std::make_unique<State>(std::move(map), host);
+  if (Is > 0) state_->shared = cuda::SharedExperts(w.shared_w13, w.shared_w2, w.shared_gate);
   upload(state_->router, w.router);
   upload(state_->w13, w.w13);
   upload(state_->w2, w.w2);
@@ -277,6 +308,11 @@ CudaEpLayer CudaEpLayer::synthetic(MoeConfig config, ExpertMap map, Communicator
   if (config.routing.has_correction_bias) {
     state->correction_bias.reserve(static_cast<size_t>(E) * sizeof(float));
     check(cudaMemset(state->correction_bias.data(), 0, E * sizeof(float)), "cudaMemset");
+  }
+  if (config.experts.shared_intermediate_size > 0) {
+    // The same on every rank, as a real layer's shared experts are.
+    state->shared = cuda::SharedExperts::random(H, config.experts.shared_intermediate_size,
+                                                config.experts.shared_gate, seed);
   }
   check(cudaDeviceSynchronize(), "cudaDeviceSynchronize (synthetic weights)");
   state->connect(config, options, device);
@@ -346,6 +382,7 @@ void CudaEpLayer::State::connect(const MoeConfig& config, const CudaEpOptions& o
   for (int l = 0; l < (options.two_batch_overlap ? 2 : 1); ++l) {
     Lane& lane = s.lanes[static_cast<size_t>(l)];
     check(cudaStreamCreateWithFlags(&lane.stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    if (s.shared.defined()) lane.shared.emplace();
     const bool pull = options.combine == CombineKind::kPull;
     if (options.dispatcher == DispatcherKind::kLowLatency) {
       lane.path = cuda::ep::make_low_latency_path(s.host, shape, options.low_latency_capacity,
@@ -370,6 +407,7 @@ const CudaEpStats& CudaEpLayer::last_stats() const { return state_->stats; }
 void CudaEpLayer::State::dispatch(Lane& lane, const MoeConfig& config, const void* hidden,
                                   const int32_t* ids, const float* weights, int64_t num_tokens) {
   const int64_t k = config.routing.top_k;
+  lane.hidden = hidden;
   lane.num_tokens = num_tokens;
   lane.counted = false;
   if (choose_slots) {
@@ -437,6 +475,10 @@ void CudaEpLayer::State::experts(Lane& lane, const MoeConfig& config, const Cuda
   lane.counted = true;
 }
 
+void CudaEpLayer::State::add_shared(Lane& lane, void* out) {
+  if (shared.defined()) shared.run(lane.hidden, lane.num_tokens, out, *lane.shared, lane.stream);
+}
+
 void CudaEpLayer::dispatch(const TensorView& hidden, const TensorView& topk_ids,
                            const TensorView& topk_weights) {
   const int64_t M = check_routed_tokens(config_, hidden, topk_ids, topk_weights);
@@ -451,8 +493,12 @@ void CudaEpLayer::dispatch(const TensorView& hidden, const TensorView& topk_ids,
 void CudaEpLayer::experts() { state_->experts(state_->lanes[0], config_, options_, 0); }
 
 void CudaEpLayer::combine(const TensorView& out) {
-  check_tokens(out, "out", DType::kBF16, state_->num_tokens, config_.experts.hidden_size);
-  state_->lanes[0].path->combine(out.data, state_->lanes[0].stream);
+  State& s = *state_;
+  Lane& lane = s.lanes[0];
+  check_tokens(out, "out", DType::kBF16, s.num_tokens, config_.experts.hidden_size);
+  if (s.shared.defined()) s.shared.check_args(lane.hidden, s.num_tokens, out.data);
+  lane.path->combine(out.data, lane.stream);
+  s.add_shared(lane, out.data);
 }
 
 void CudaEpLayer::two_batch_step(const TensorView& hidden, const TensorView& topk_ids,
@@ -460,9 +506,8 @@ void CudaEpLayer::two_batch_step(const TensorView& hidden, const TensorView& top
   if (!options_.two_batch_overlap) {
     fail("CudaEpLayer: a two-batch step needs CudaEpOptions::two_batch_overlap at construction");
   }
-  const int64_t M = check_routed_tokens(config_, hidden, topk_ids, topk_weights);
+  const int64_t M = check_step(config_, state_->shared, hidden, topk_ids, topk_weights, out);
   const int64_t H = config_.experts.hidden_size, k = config_.routing.top_k;
-  check_tokens(out, "out", DType::kBF16, M, H);
   State& s = *state_;
   use_device(s.device);
   s.num_tokens = M;
@@ -493,8 +538,11 @@ void CudaEpLayer::two_batch_step(const TensorView& hidden, const TensorView& top
   s.dispatched1.wait_on(first.stream);
   first.path->combine(out.data, first.stream);
   s.combined0.record(first.stream);
+  s.add_shared(first, out.data);  // beside combine 1: other rows, its own workspace
   s.combined0.wait_on(second.stream);
-  second.path->combine(rows_from(out.data, split, H * 2), second.stream);
+  void* second_out = rows_from(out.data, split, H * 2);
+  second.path->combine(second_out, second.stream);
+  s.add_shared(second, second_out);
   s.done1.record(second.stream);
   s.done1.wait_on(first.stream);  // the step ends on stream()
 }
@@ -566,21 +614,25 @@ void CudaEpLayer::finish_step() {
 
 void CudaEpLayer::forward_routed(const TensorView& hidden, const TensorView& topk_ids,
                                  const TensorView& topk_weights, const TensorView& out) {
+  check_step(config_, state_->shared, hidden, topk_ids, topk_weights, out);
   State& s = *state_;
   use_device(s.device);
-  const cudaStream_t stream = s.lanes[0].stream;
-  s.events.mark(1, stream);
+  Lane& lane = s.lanes[0];
+  s.events.mark(1, lane.stream);
   dispatch(hidden, topk_ids, topk_weights);
-  s.events.mark(2, stream);
+  s.events.mark(2, lane.stream);
   experts();
-  s.events.mark(3, stream);
-  combine(out);
-  s.events.mark(4, stream);
+  s.events.mark(3, lane.stream);
+  lane.path->combine(out.data, lane.stream);
+  s.events.mark(4, lane.stream);
+  s.add_shared(lane, out.data);
+  s.events.mark(5, lane.stream);
   finish_step();
   s.stats.dispatch_us = s.events.us(1, 2);
   s.stats.experts_us = s.events.us(2, 3);
   s.stats.combine_us = s.events.us(3, 4);
-  s.stats.total_us = s.events.us(1, 4);
+  s.stats.shared_us = s.events.us(4, 5);
+  s.stats.total_us = s.events.us(1, 5);
 }
 
 void CudaEpLayer::forward_routed_two_batch(const TensorView& hidden, const TensorView& topk_ids,
@@ -589,9 +641,9 @@ void CudaEpLayer::forward_routed_two_batch(const TensorView& hidden, const Tenso
   use_device(s.device);
   s.events.mark(1, s.lanes[0].stream);
   two_batch_step(hidden, topk_ids, topk_weights, out);
-  s.events.mark(4, s.lanes[0].stream);
+  s.events.mark(5, s.lanes[0].stream);
   finish_step();
-  s.stats.total_us = s.events.us(1, 4);
+  s.stats.total_us = s.events.us(1, 5);
 }
 
 // The router and top-k of `hidden` on stream(), into the layer's ids and weights.
@@ -628,7 +680,7 @@ void CudaEpLayer::forward(const TensorView& hidden, const TensorView& out) {
   forward_routed(hidden, ids, weights, out);
   State& s = *state_;
   s.stats.route_us = s.events.us(0, 1);
-  s.stats.total_us = s.events.us(0, 4);
+  s.stats.total_us = s.events.us(0, 5);
 }
 
 void CudaEpLayer::forward_two_batch(const TensorView& hidden, const TensorView& out) {
@@ -636,7 +688,7 @@ void CudaEpLayer::forward_two_batch(const TensorView& hidden, const TensorView& 
   forward_routed_two_batch(hidden, ids, weights, out);
   State& s = *state_;
   s.stats.route_us = s.events.us(0, 1);
-  s.stats.total_us = s.events.us(0, 4);
+  s.stats.total_us = s.events.us(0, 5);
 }
 
 }  // namespace moe
