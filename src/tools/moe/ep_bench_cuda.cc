@@ -6,8 +6,8 @@
 // warm-up pass that also counts the pairs each slot serves (count_served_pairs), whose counters
 // the report gives, then --repeats passes timed by the layer's CUDA events, without counting. The
 // GPU layer's stats are put in the CPU layer's form (EpStepStats), so both benches share one
-// reduction and one report. A config's shared experts (DeepSeek-V3's) are left out, and the report
-// says so: CudaEpLayer runs the routed experts only.
+// reduction and one report. A config's shared experts (DeepSeek-V3's) run on each rank's own
+// tokens after combine, as in the CPU layer, and are timed apart.
 #include <cuda_runtime_api.h>
 
 #include <memory>
@@ -82,6 +82,7 @@ EpStepStats in_cpu_form(const CudaEpStats& s, int64_t H, int64_t k, const Commun
   st.dispatch_us = s.dispatch_us;
   st.experts_us = s.experts_us;
   st.combine_us = s.combine_us;
+  st.shared_us = s.shared_us;
   st.total_us = s.total_us;
   return st;
 }
@@ -93,7 +94,7 @@ void mark_not_measured(EpBenchGroup& group, bool two_batch) {
   for (EpRankSummary& r : group.ranks) {
     r.local_pairs = kNotMeasured;
     r.sum_us = kNotMeasured;
-    if (two_batch) r.dispatch_us = r.experts_us = r.combine_us = kNotMeasured;
+    if (two_batch) r.dispatch_us = r.experts_us = r.combine_us = r.shared_us = kNotMeasured;
   }
 }
 
@@ -134,7 +135,6 @@ class CudaEpBencher {
       result["gpu"] = gpu_name();
       result["dtype"] = "bf16";
       result["weights"] = "synthetic, drawn on the GPU";
-      result["shared_experts_left_out"] = shared_left_out_ > 0;
       result["routing"] = ep_bench_routing_json(o_);
       result["groups"] = groups;
       fmt::print("{}\n", result.dump(2));
@@ -145,11 +145,6 @@ class CudaEpBencher {
   void load() {
     gpu_ = take_gpu_of_this_rank(host_);
     config_ = o_.config_path.empty() ? preset_config(o_.preset) : load_hf_config(o_.config_path);
-    // CudaEpLayer runs the routed experts only, what expert parallelism moves; the shared ones
-    // (DeepSeek-V3's) are left out and the report says so.
-    shared_left_out_ = config_.experts.shared_intermediate_size;
-    config_.experts.shared_intermediate_size = 0;
-    config_.experts.shared_gate = false;
     map_.emplace(ep_expert_map(o_.ep, config_.routing.num_experts, host_.size()));
     nccl_ = make_nccl_communicator(host_, {.device = gpu_});
   }
@@ -166,20 +161,21 @@ class CudaEpBencher {
         "GPUs on {} host{} ({} + {})\n",
         config_.name, host_.size(), host_.num_hosts(), host_.num_hosts() > 1 ? "s" : "",
         host_.name(), nccl_->name());
-    fmt::print("  shape      H={} I={} E={} k={}{}\n", config_.experts.hidden_size,
-               config_.experts.intermediate_size, config_.routing.num_experts,
-               config_.routing.top_k,
-               shared_left_out_ > 0
-                   ? fmt::format("; routed experts only (the shared experts, I={}, not run)",
-                                 shared_left_out_)
+    const ExpertsConfig& x = config_.experts;
+    fmt::print("  shape      H={} I={} E={} k={}{}\n", x.hidden_size, x.intermediate_size,
+               config_.routing.num_experts, config_.routing.top_k,
+               x.shared_intermediate_size > 0
+                   ? fmt::format(" shared I={}{}, on every rank for its own tokens",
+                                 x.shared_intermediate_size, x.shared_gate ? " (gated)" : "")
                    : "");
     print_ep_setup(o_.ep, *map_);
     fmt::print("  gpu        rank 0: device {} ({}); each rank the GPU of its index on its host\n",
                gpu_, gpu_name());
     fmt::print("  routing    {}\n", ep_bench_routing_line(o_, host_.size()));
     fmt::print(
-        "  timing     CUDA events around dispatch, experts and combine of each step{}; loads and "
-        "bytes from the warm-up pass, where the GPUs count the pairs each slot serves\n",
+        "  timing     CUDA events around dispatch, experts, combine and shared experts of each "
+        "step{}; loads and bytes from the warm-up pass, where the GPUs count the pairs each slot "
+        "serves\n",
         o_.ep.overlap ? " (two-batch: the whole step only)" : "");
   }
 
@@ -225,7 +221,6 @@ class CudaEpBencher {
   int gpu_ = 0;
   std::unique_ptr<Communicator> nccl_;
   MoeConfig config_;
-  int64_t shared_left_out_ = 0;  // the config's shared experts' intermediate size
   std::optional<ExpertMap> map_;
 };
 

@@ -34,6 +34,7 @@ constexpr double CudaEpRankSummary::*kScalars[] = {
     &CudaEpRankSummary::dispatch_us,
     &CudaEpRankSummary::experts_us,
     &CudaEpRankSummary::combine_us,
+    &CudaEpRankSummary::shared_us,
     &CudaEpRankSummary::total_us,
 };
 constexpr size_t kNumScalars = std::size(kScalars);
@@ -105,6 +106,7 @@ CudaEpRankSummary summarize(const CudaEpStats& s, int64_t top_k, int64_t hidden_
   r.dispatch_us = s.dispatch_us;
   r.experts_us = s.experts_us;
   r.combine_us = s.combine_us;
+  r.shared_us = s.shared_us;
   r.total_us = s.total_us;
   return r;
 }
@@ -134,12 +136,12 @@ bool CudaEpCheck::passed() const {
 }
 
 void compare_within_bf16_rounding(const Tensor& got, const Tensor& want, int64_t top_k,
-                                  int num_ranks, CudaEpCheck& check) {
+                                  int num_ranks, bool shared_experts, CudaEpCheck& check) {
   const Tensor g = Tensor::copy_of(got, DType::kF32), w = Tensor::copy_of(want, DType::kF32);
   const int64_t T = want.size(0), H = want.size(1);
   const double rounding = std::ldexp(1.0, -8);
   check.checked_tokens = T;
-  check.roundings = static_cast<double>(top_k + num_ranks + 1);
+  check.roundings = static_cast<double>(top_k + num_ranks + 1 + (shared_experts ? 1 : 0));
   for (int64_t t = 0; t < T; ++t) {
     const float* a = g.data<float>() + t * H;
     const float* b = w.data<float>() + t * H;
@@ -178,28 +180,29 @@ void print_cuda_ep_batch(int64_t tokens_per_rank, const std::vector<CudaEpRankSu
       "{:.0f}% of the T*k*H*b bound {:.3f} MB\n",
       tokens_per_rank, slowest * 1e-3, megabytes(payload),
       bound > 0 ? 100.0 * payload / bound : 0.0, megabytes(bound));
-  fmt::print("{:>4} {:>6} {:>6} | {:^25} | {:^23} | {:^23} | {:^34} | {:>6}\n", "rank", "rows",
+  fmt::print("{:>4} {:>6} {:>6} | {:^25} | {:^23} | {:^23} | {:^41} | {:>6}\n", "rank", "rows",
              "rows", "pairs", "sent MB", "received MB", "stage times, ms", "GB/s");
   fmt::print(
       "{:>4} {:>6} {:>6} | {:>7} {:>17} | {:>7} {:>7} {:>7} | {:>7} {:>7} {:>7} | {:>6} {:>6} "
-      "{:>6} {:>6} {:>6} | {:>6}\n",
+      "{:>6} {:>6} {:>6} {:>6} | {:>6}\n",
       "", "out", "served", "served", "slot min/mean/max", "self", "host", "cross", "self", "host",
-      "cross", "route", "disp", "expert", "comb", "total", "links");
+      "cross", "route", "disp", "expert", "comb", "shared", "total", "links");
   for (const CudaEpRankSummary& r : ranks) {
     fmt::print(
         "{:>4.0f} {:>6.0f} {:>6.0f} | {:>7.0f} {:>17} | {:>7.3f} {:>7.3f} {:>7.3f} | {:>7.3f} "
-        "{:>7.3f} {:>7.3f} | {:>6.3f} {:>6} {:>6} {:>6} {:>6.3f} | {:>6}\n",
+        "{:>7.3f} {:>7.3f} | {:>6.3f} {:>6} {:>6} {:>6} {:>6} {:>6.3f} | {:>6}\n",
         r.rank, r.rows_to_peers(), r.rows_served(), r.pairs_served,
         fmt::format("{:.0f}/{:.1f}/{:.0f}", r.min_slot_pairs, r.mean_slot_pairs, r.max_slot_pairs),
         megabytes(r.sent_self), megabytes(r.sent_same_host), megabytes(r.sent_cross_host),
         megabytes(r.received_self), megabytes(r.received_same_host),
         megabytes(r.received_cross_host), r.route_us * 1e-3, stage_ms(r, r.dispatch_us),
-        stage_ms(r, r.experts_us), stage_ms(r, r.combine_us), r.total_us * 1e-3,
-        r.two_batch != 0 ? "-" : fmt::format("{:.2f}", r.link_gb_per_s()));
+        stage_ms(r, r.experts_us), stage_ms(r, r.combine_us), stage_ms(r, r.shared_us),
+        r.total_us * 1e-3, r.two_batch != 0 ? "-" : fmt::format("{:.2f}", r.link_gb_per_s()));
   }
   if (!ranks.empty() && ranks[0].two_batch != 0) {
     fmt::print(
-        "(two-batch steps: dispatch, experts and combine overlap and are not timed apart)\n");
+        "(two-batch steps: dispatch, experts, combine and shared overlap and are not timed "
+        "apart)\n");
   }
   if (check.checked_tokens == 0) return;
   const std::string single =
@@ -245,6 +248,7 @@ nlohmann::json cuda_ep_batch_json(int64_t tokens_per_rank,
                           {"dispatch", stage_json(r, r.dispatch_us)},
                           {"experts", stage_json(r, r.experts_us)},
                           {"combine", stage_json(r, r.combine_us)},
+                          {"shared", stage_json(r, r.shared_us)},
                           {"total", r.total_us}}},
                         {"link_gb_per_s", r.two_batch != 0 ? nlohmann::json(nullptr)
                                                            : nlohmann::json(r.link_gb_per_s())}});

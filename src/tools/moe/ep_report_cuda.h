@@ -27,7 +27,7 @@ struct CudaEpRankSummary {
   double two_batch = 0;  // 1: a two-batch step, whose stages overlap and are not timed apart
   // Pairs this rank's experts ran, and per local slot (CudaEpStats::pairs_per_local_slot).
   double pairs_served = 0, min_slot_pairs = 0, mean_slot_pairs = 0, max_slot_pairs = 0;
-  double route_us = 0, dispatch_us = 0, experts_us = 0, combine_us = 0, total_us = 0;
+  double route_us = 0, dispatch_us = 0, experts_us = 0, combine_us = 0, shared_us = 0, total_us = 0;
   std::vector<double> rows_sent, rows_received, bytes_sent, bytes_received;  // [N]
 
   double rows_to_peers() const;  // token rows sent to the other ranks
@@ -47,7 +47,7 @@ std::vector<CudaEpRankSummary> gather_summaries(Communicator& comm, const CudaEp
 struct CudaEpCheck {
   int64_t checked_tokens = 0;
   // Single-GPU layer: each token's row within `roundings` * 2^-8 of its largest element there.
-  double roundings = 0;  // k + N + 1
+  double roundings = 0;  // k + N + 1, and one more with shared experts
   int64_t tokens_beyond_bound = 0;
   double worst_fraction_of_bound = 0;          // max |ep - single| / tolerance over the elements
   int64_t worst_token = 0, worst_element = 0;  // among the sampled tokens, in rank order
@@ -61,10 +61,11 @@ struct CudaEpCheck {
 };
 
 // Compares got with want ([T, H], any float dtype): each token's row must lie within
-// (top_k + num_ranks + 1) bf16 roundings (2^-8 each) of its largest |want| element, the bound
+// (top_k + num_ranks + 1) bf16 roundings (2^-8 each) of its largest |want| element, one more
+// with shared experts (both layers round the routed sum before adding them), the bound
 // tests/parallel/cuda/cuda_ep_test.cc holds CudaEpLayer to. Fills the single-GPU fields.
 void compare_within_bf16_rounding(const Tensor& got, const Tensor& want, int64_t top_k,
-                                  int num_ranks, CudaEpCheck& check);
+                                  int num_ranks, bool shared_experts, CudaEpCheck& check);
 
 void print_cuda_ep_batch(int64_t tokens_per_rank, const std::vector<CudaEpRankSummary>& ranks,
                          const CudaEpCheck& check);

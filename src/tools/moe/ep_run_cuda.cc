@@ -111,9 +111,13 @@ class CudaEpRunner {
         "moe run --ep --device cuda: {} (one MoE layer, {}) over {} GPUs on {} host{} ({} + {})\n",
         config_.name, weights_source_, host_.size(), host_.num_hosts(),
         host_.num_hosts() > 1 ? "s" : "", host_.name(), nccl_->name());
-    fmt::print("  shape      H={} I={} E={} k={}\n", config_.experts.hidden_size,
-               config_.experts.intermediate_size, config_.routing.num_experts,
-               config_.routing.top_k);
+    const ExpertsConfig& x = config_.experts;
+    fmt::print("  shape      H={} I={} E={} k={}{}\n", x.hidden_size, x.intermediate_size,
+               config_.routing.num_experts, config_.routing.top_k,
+               x.shared_intermediate_size > 0
+                   ? fmt::format(" shared I={}{}, on every rank for its own tokens",
+                                 x.shared_intermediate_size, x.shared_gate ? " (gated)" : "")
+                   : "");
     print_ep_setup(o_.ep, *map_);
     fmt::print("  weights    bf16, {:.3f} GB of expert weights on rank 0\n",
                static_cast<double>(local_.w13.nbytes() + local_.w2.nbytes()) * 1e-9);
@@ -121,8 +125,9 @@ class CudaEpRunner {
                gpu_, properties.name);
     fmt::print(
         "  check      sampled tokens against the single-GPU CUDA layer within bf16 rounding, not "
-        "bitwise ((k + N + 1) * 2^-8 of each token's largest output, docs/parallel-cuda.md), and "
-        "against the float64 reference\n");
+        "bitwise ((k + N + {}) * 2^-8 of each token's largest output, docs/parallel-cuda.md), and "
+        "against the float64 reference\n",
+        x.shared_intermediate_size > 0 ? 2 : 1);
   }
 
   std::pair<std::vector<CudaEpRankSummary>, CudaEpCheck> measure(int64_t tokens) {
@@ -184,7 +189,8 @@ class CudaEpRunner {
       put(want, pick_rows(single, sample));
       put(ids, pick_rows(single_->last_topk_ids(), sample));
     }
-    compare_within_bf16_rounding(outputs, want, k, N, result);
+    compare_within_bf16_rounding(outputs, want, k, N, config_.experts.shared_intermediate_size > 0,
+                                 result);
     const Tensor expected = reference_->forward(Tensor::copy_of(inputs, DType::kF32));
     result.max_rel_error = max_rel_error(outputs, expected);
     result.routing_mismatches =

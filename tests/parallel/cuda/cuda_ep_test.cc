@@ -8,13 +8,17 @@
 // in a CUDA graph and replayed (one batch, and two micro-batches), two-batch steps with overlap
 // against the single-GPU layer, the byte counters by peer and host, the pairs each local slot
 // served (counted on the GPU) against the slots the CPU path's rule gives every rank's pairs, and
-// a peer that never enters a step (the others fail within the timeout instead of hanging).
+// a peer that never enters a step (the others fail within the timeout instead of hanging), and
+// shared experts (DeepSeek-V3-like and Qwen2-MoE-like layers) on each rank's own tokens, also
+// captured in a CUDA graph.
 //
 // Equal within bf16 rounding, not bitwise: each partial row (a token's pairs served by one rank)
 // is rounded to bf16 before the source adds them, where the single-GPU layer adds the k pair rows;
 // and the experts may pick another kernel plan for the rows they see. Each rounding is at most
 // 2^-9 relative to values of the order of the row's largest output, and there are at most k pair
-// roundings that differ plus N partial roundings plus the output's: the bound below.
+// roundings that differ plus N partial roundings plus the output's: the bound below. With shared
+// experts both layers round the routed sum to bf16 and then its sum with the shared experts' row
+// (the same on both up to f32 accumulation order: the same rows and weights): one rounding more.
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -24,6 +28,7 @@
 
 #include "common/random_tensors.h"
 #include "cuda/device_tensor.h"
+#include "kernels/cuda/shared_experts.h"
 #include "moe/cuda_ep_layer.h"
 #include "moe/ep_layer.h"
 #include "moe/error.h"
@@ -40,8 +45,10 @@ namespace {
 
 using testing::DeviceTensor;
 
-// Every token row within (k + N + 1) bf16 roundings of its largest output.
-void expect_close(const Tensor& got, const Tensor& want, int64_t k, int num_ranks) {
+// Every token row within (k + N + 1) bf16 roundings of its largest output, one more with shared
+// experts.
+void expect_close(const Tensor& got, const Tensor& want, int64_t k, int num_ranks,
+                  bool shared_experts = false) {
   ASSERT_EQ(got.shape(), want.shape());
   const Tensor g = Tensor::copy_of(got, DType::kF32), w = Tensor::copy_of(want, DType::kF32);
   const int64_t M = want.size(0), H = want.size(1);
@@ -50,7 +57,8 @@ void expect_close(const Tensor& got, const Tensor& want, int64_t k, int num_rank
     double scale = 1e-6;
     for (int64_t h = 0; h < H; ++h)
       scale = std::max(scale, std::fabs(double{w.data<float>()[t * H + h]}));
-    const double tolerance = static_cast<double>(k + num_ranks + 1) * rounding * scale;
+    const double roundings = static_cast<double>(k + num_ranks + 1 + (shared_experts ? 1 : 0));
+    const double tolerance = roundings * rounding * scale;
     for (int64_t h = 0; h < H; ++h) {
       const double a = g.data<float>()[t * H + h], b = w.data<float>()[t * H + h];
       ASSERT_TRUE(std::isfinite(a)) << "token " << t << " element " << h << ": " << a;
@@ -251,6 +259,38 @@ TEST_P(CudaEp, TwoBatchStepMatchesTheSingleGpuLayer) {
     const DeviceTensor routed = DeviceTensor::empty_like(DType::kBF16, hidden.shape());
     layer.forward_two_batch(d_hidden, routed);
     expect_close(routed.to_host(), single.forward(hidden), k, N);
+  }
+}
+
+// Shared experts run on each rank's own tokens after combine, against the single-GPU layer (which
+// runs them after its routed sum): one batch and two micro-batches, routed by the router, with a
+// rank without tokens.
+TEST_P(CudaEp, SharedExpertsMatchTheSingleGpuLayer) {
+  for (const MoeConfig& shared_config :
+       {testing::small_ep_deepseek_v3(), testing::small_ep_qwen2_moe()}) {
+    config = shared_config;
+    full = synthetic_layer_weights(config, DType::kBF16, 11);
+    map = ExpertMap::contiguous(config.routing.num_experts, N);
+    MoeLayer single(config, full, {Backend::kCuda});
+    CudaEpLayer layer = make_layer(64, /*two_batch=*/true);
+    const int64_t H = config.experts.hidden_size, k = config.routing.top_k;
+    for (int64_t M :
+         {int64_t{37} + 27 * me, int64_t{1}, me == 1 ? int64_t{0} : int64_t{20}, int64_t{64}}) {
+      SCOPED_TRACE(fmt::format("{}: rank {} M {}", config.name, me, M));
+      const Tensor hidden = testing::random_normal(DType::kBF16, {M, H}, M * 10 + me);
+      const DeviceTensor d_hidden(hidden);
+      const DeviceTensor one = DeviceTensor::empty_like(DType::kBF16, hidden.shape());
+      const DeviceTensor two = DeviceTensor::empty_like(DType::kBF16, hidden.shape());
+      layer.forward(d_hidden, one);
+      if (M > 0) {
+        EXPECT_GT(layer.last_stats().shared_us, 0.0) << "shared time not recorded";
+      }
+      layer.forward_two_batch(d_hidden, two);
+      if (M == 0) continue;
+      const Tensor want = single.forward(hidden);
+      expect_close(one.to_host(), want, k, N, /*shared_experts=*/true);
+      expect_close(two.to_host(), want, k, N, /*shared_experts=*/true);
+    }
   }
 }
 
@@ -504,44 +544,53 @@ TEST(CudaEpLowLatency, OverflowFailsEveryRankWithTheCountsThenTheNextStepRuns) {
 TEST(CudaEpLowLatency, CapturedStepReplaysInACudaGraph) {
   Communicator& host = testing::host_world();
   const int me = host.rank(), N = host.size();
-  MoeConfig config = testing::small_ep_config();
-  const LayerWeights full = synthetic_layer_weights(config, DType::kBF16, 7);
+  const MoeConfig routed_only = testing::small_ep_config();
+  const int64_t E = routed_only.routing.num_experts;
   // With replicas the step also holds the replica choice. The step number each kernel reads
   // lives on the device, for both combines.
   struct GraphCase {
     ExpertMap map;
     bool two_batch;
     CombineKind combine;
+    bool shared;  // a gated shared MLP: its cuBLAS GEMMs inside the graph too
   };
-  for (const auto& [map, two_batch, combine] :
-       {GraphCase{ExpertMap::contiguous(config.routing.num_experts, N), false, CombineKind::kPull},
-        GraphCase{replicated_map(config.routing.num_experts, N), false, CombineKind::kPull},
-        GraphCase{replicated_map(config.routing.num_experts, N), true, CombineKind::kPull},
-        GraphCase{ExpertMap::contiguous(config.routing.num_experts, N), false,
-                  CombineKind::kPush}}) {
-    SCOPED_TRACE(fmt::format("rank {}: {} slots, two_batch {}, {} combine", me, map.num_slots(),
-                             two_batch, combine_kind_name(combine)));
+  for (const GraphCase& c :
+       {GraphCase{ExpertMap::contiguous(E, N), false, CombineKind::kPull, false},
+        GraphCase{replicated_map(E, N), false, CombineKind::kPull, false},
+        GraphCase{replicated_map(E, N), true, CombineKind::kPull, false},
+        GraphCase{ExpertMap::contiguous(E, N), false, CombineKind::kPush, false},
+        GraphCase{ExpertMap::contiguous(E, N), false, CombineKind::kPull, true},
+        GraphCase{replicated_map(E, N), true, CombineKind::kPush, true}}) {
+    SCOPED_TRACE(fmt::format("rank {}: {} slots, two_batch {}, {} combine, shared {}", me,
+                             c.map.num_slots(), c.two_batch, combine_kind_name(c.combine),
+                             c.shared));
+    MoeConfig config = routed_only;
+    if (c.shared) {
+      config.experts.shared_intermediate_size = 96;
+      config.experts.shared_gate = true;
+    }
+    const LayerWeights full = synthetic_layer_weights(config, DType::kBF16, 7);
     CudaEpOptions options;
-    options.combine = combine;
-    options.two_batch_overlap = two_batch;
+    options.combine = c.combine;
+    options.two_batch_overlap = c.two_batch;
     options.overlap_free_multiprocessors = 8;
-    CudaEpLayer layer(config, local_layer_weights(full, map, me), map, host, nullptr, options);
+    CudaEpLayer layer(config, local_layer_weights(full, c.map, me), c.map, host, nullptr, options);
     const int64_t M = 32, k = config.routing.top_k, H = config.experts.hidden_size;
     Tensor ids(DType::kI32, {M, k});
-    testing::fill_uniform_int(ids, 5 + me, 0, static_cast<int32_t>(config.routing.num_experts - 1));
+    testing::fill_uniform_int(ids, 5 + me, 0, static_cast<int32_t>(E - 1));
     const Tensor weights = testing::random_normal(DType::kF32, {M, k}, 9 + me, 0.3f);
     const DeviceTensor d_ids(ids), d_weights(weights), w13(full.w13), w2(full.w2);
     DeviceTensor d_hidden(testing::random_normal(DType::kBF16, {M, H}, me));
     const DeviceTensor out = DeviceTensor::empty_like(DType::kBF16, {M, H});
     // Sizes every buffer.
-    two_batch ? layer.forward_routed_two_batch(d_hidden, d_ids, d_weights, out)
-              : layer.forward_routed(d_hidden, d_ids, d_weights, out);
+    c.two_batch ? layer.forward_routed_two_batch(d_hidden, d_ids, d_weights, out)
+                : layer.forward_routed(d_hidden, d_ids, d_weights, out);
 
     auto stream = static_cast<cudaStream_t>(layer.stream());
     cudaGraph_t graph = nullptr;
     cudaGraphExec_t exec = nullptr;
     ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-    if (two_batch) {
+    if (c.two_batch) {
       layer.two_batch_step(d_hidden, d_ids, d_weights, out);  // forks a second stream and joins
     } else {
       layer.dispatch(d_hidden, d_ids, d_weights);
@@ -550,6 +599,12 @@ TEST(CudaEpLowLatency, CapturedStepReplaysInACudaGraph) {
     }
     ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
     ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    // The expected output: the routed experts on this GPU with all the weights, then the shared
+    // experts added on the same (legacy default) stream.
+    const cuda::SharedExperts shared =
+        c.shared ? cuda::SharedExperts(full.shared_w13, full.shared_w2, full.shared_gate)
+                 : cuda::SharedExperts();
+    cuda::SharedExpertsWorkspace shared_workspace;
     for (int replay = 0; replay < 3; ++replay) {
       SCOPED_TRACE(fmt::format("rank {} replay {}", me, replay));
       const Tensor hidden = testing::random_normal(DType::kBF16, {M, H}, 100 * replay + me);
@@ -560,7 +615,9 @@ TEST(CudaEpLowLatency, CapturedStepReplaysInACudaGraph) {
       layer.finish_step();
       const DeviceTensor want = DeviceTensor::empty_like(DType::kBF16, {M, H});
       fused_experts(d_hidden, w13, w2, d_weights, d_ids, want);
-      expect_close(out.to_host(), want.to_host(), k, N);
+      if (c.shared)
+        shared.run(d_hidden.view().data, M, want.view().data, shared_workspace, nullptr);
+      expect_close(out.to_host(), want.to_host(), k, N, c.shared);
     }
     cudaGraphExecDestroy(exec);
     cudaGraphDestroy(graph);
