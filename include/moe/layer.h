@@ -67,9 +67,10 @@ class MoeLayer {
 
   // hidden [M, H] f32/bf16/f16 -> out [M, H] of the same dtype. On the cuda backend, hidden and
   // out are both in host memory or both in the memory of the GPU the layer was built on (which
-  // must be the current device); the work runs on `cuda_stream` (a cudaStream_t; null is the
-  // legacy default stream), which is synchronized before the call returns, since the routing and
-  // stage times are recorded on the host.
+  // must be the current device), and must not overlap where the layer has shared experts (they
+  // read hidden after the routed sum went to out); the work runs on `cuda_stream` (a
+  // cudaStream_t; null is the legacy default stream), which is synchronized before the call
+  // returns, since the routing and stage times are recorded on the host.
   void forward(const TensorView& hidden, const TensorView& out, void* cuda_stream = nullptr);
   // Host tensors only: the result is a host tensor.
   Tensor forward(const TensorView& hidden);

@@ -53,15 +53,18 @@ CudaLayer::CudaLayer(const MoeConfig& config, const LayerWeights& weights)
     : config_(config), router_dtype_(weights.router.dtype()) {
   check_supported(config, weights);
   check(cudaGetDevice(&device_), "cudaGetDevice");
+  if (config.experts.shared_intermediate_size > 0) {
+    // First: it checks its weights before anything else is made.
+    shared_ = cuda::SharedExperts(weights.shared_w13, weights.shared_w2, weights.shared_gate);
+    shared_workspace_.emplace();
+  }
   check(cublasCreate(&cublas_), "cublasCreate");
   upload(router_, weights.router);
   upload(w13_, weights.w13);
   upload(w2_, weights.w2);
   if (weights.router_bias.defined()) upload(router_bias_, weights.router_bias);
   if (weights.correction_bias.defined()) upload(correction_bias_, weights.correction_bias);
-  if (config.experts.shared_intermediate_size > 0) {
-    shared_ = cuda::SharedExperts(weights.shared_w13, weights.shared_w2, weights.shared_gate);
-    shared_workspace_.emplace();
+  if (shared_.defined()) {
     check(cudaEventCreate(&shared_start_), "cudaEventCreate");
     check(cudaEventCreate(&shared_end_), "cudaEventCreate");
   }
