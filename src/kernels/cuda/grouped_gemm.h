@@ -43,9 +43,6 @@ struct GroupedGemmArgs {
   int max_multiprocessors = 0;
   // kTmaDynamic: one device int the launch zeroes; thread blocks count the tiles they take on it.
   int32_t* tile_counter = nullptr;
-  // tma kernels: how many stages ahead of its loads the producer asks L2 for the weight boxes and
-  // input rows (set by the launch).
-  int l2_prefetch_stages = 0;
 };
 
 // Which kernel runs a grouped GEMM.

@@ -49,7 +49,6 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
-#include <cstdlib>
 
 #include "kernels/cuda/accumulator_chunks.cuh"
 #include "kernels/cuda/bf16_math.cuh"
@@ -76,8 +75,8 @@ struct TmaTile {
   static constexpr int kConsumerWarps = 8;  // two warpgroups
   static constexpr int kThreads = kProducerThreads + kConsumerWarps * 32;
   // The producer needs few registers; the consumers hold up to 128 f32 accumulators each. The
-  // launch gives every thread 168 (65536 / 384, rounded down to 8); 128 * 64 + 256 * 224 fits too.
-  static constexpr int kProducerRegisters = 64;
+  // launch gives every thread 168 (65536 / 384, rounded down to 8); 128 * 56 + 256 * 224 fits too.
+  static constexpr int kProducerRegisters = 56;
   static constexpr int kConsumerRegisters = 224;
   // block_m 128: the warpgroups split the rows; 64: they split the weight rows.
   static constexpr int kSplitN = kBlockM == 128 ? 1 : 2;
@@ -157,19 +156,6 @@ __device__ __forceinline__ void load_weight_box(uint32_t shared, const CUtensorM
       " [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(shared),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(k), "r"(row), "r"(expert), "r"(barrier)
       : "memory");
-}
-
-// Asks L2 to fetch the box load_weight_box would load, ahead of that load.
-__device__ __forceinline__ void prefetch_weight_box(const CUtensorMap* map, int k, int row,
-                                                    int expert) {
-  asm volatile("cp.async.bulk.prefetch.tensor.3d.L2.global.tile [%0, {%1, %2, %3}];\n" ::"l"(
-                   reinterpret_cast<uint64_t>(map)),
-               "r"(k), "r"(row), "r"(expert)
-               : "memory");
-}
-
-__device__ __forceinline__ void prefetch_l2(const void* global) {
-  asm volatile("prefetch.global.L2 [%0];\n" ::"l"(global));
 }
 
 __device__ __forceinline__ uint32_t cluster_rank() {
@@ -438,13 +424,6 @@ __global__ void __launch_bounds__(TmaTile<kBlockM>::kThreads, 1)
             }
             load_weight_box(b_stage + j * kRowBytes, &weight_map, k0, static_cast<int>(row),
                             work.expert, full_barrier(ring.stage));
-            // The box `ahead` stages on (at a tile's first stage: every one up to it) into L2.
-            for (int d = kt == 0 ? 1 : a.l2_prefetch_stages; d <= a.l2_prefetch_stages; ++d) {
-              if (kt + d < k_tiles) {
-                prefetch_weight_box(&weight_map, k0 + d * kTileK, static_cast<int>(row),
-                                    work.expert);
-              }
-            }
           }
         }
 #pragma unroll
@@ -456,17 +435,6 @@ __global__ void __launch_bounds__(TmaTile<kBlockM>::kThreads, 1)
                        valid ? input + source_row[i] * K + k : input, valid);
         }
         barrier_arrive_after_copies(full_barrier(ring.stage));
-        if (chunk == 0) {
-          // A row's 64 k of a stage are one 128-byte line.
-#pragma unroll
-          for (int i = 0; i < Tile::kRowsPerProducer; ++i) {
-            if (source_row[i] < 0) continue;
-            for (int d = kt == 0 ? 1 : a.l2_prefetch_stages; d <= a.l2_prefetch_stages; ++d) {
-              const int64_t k = k0 + d * kTileK;
-              if (k < K) prefetch_l2(input + source_row[i] * K + k);
-            }
-          }
-        }
       }
     };
     if constexpr (kDynamic) {
@@ -685,16 +653,6 @@ CUtensorMap weight_tensor_map(const GroupedGemmArgs& a) {
   return map;
 }
 
-// EXPERIMENT (A/B in one binary): MOE_CUDA_L2_PREFETCH=D asks L2 for weight boxes and input rows D
-// stages ahead of their loads; unset or 0: none.
-int l2_prefetch_stages() {
-  static const int stages = [] {
-    const char* text = std::getenv("MOE_CUDA_L2_PREFETCH");
-    return text == nullptr ? 0 : std::atoi(text);
-  }();
-  return stages;
-}
-
 // One thread block per multiprocessor (at most args.max_multiprocessors of them); clusters: as many
 // as fit at once (not every multiprocessor can join one), times their size.
 // kDynamic: the tiles are taken from args.tile_counter, zeroed here first.
@@ -735,14 +693,12 @@ void launch(const GroupedGemmArgs& args, cudaStream_t stream) {
   }
   groups = std::max<int64_t>(1, std::min(tiles, groups));
   config.gridDim = dim3(static_cast<unsigned>(groups * kCluster));
-  GroupedGemmArgs with_prefetch = args;
-  with_prefetch.l2_prefetch_stages = l2_prefetch_stages();
   if constexpr (kDynamic) {
     if (args.tile_counter == nullptr) fail("grouped_gemm (tma_dynamic): no tile counter given");
     check(cudaMemsetAsync(args.tile_counter, 0, sizeof(int32_t), stream),
           "cudaMemsetAsync(tile counter)");
   }
-  check(cudaLaunchKernelEx(&config, kernel, weight_tensor_map(args), with_prefetch),
+  check(cudaLaunchKernelEx(&config, kernel, weight_tensor_map(args), args),
         "cudaLaunchKernelEx(tma_kernel)");
 }
 
