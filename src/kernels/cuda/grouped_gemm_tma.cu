@@ -92,9 +92,13 @@ struct TmaTile {
   static_assert(kWarpGroupN * kSplitN == kTileN &&
                     kRowsPerProducer * kProducerThreads == kBlockM * 8,
                 "whole weight and input rows per thread");
+  // setmaxnreg moves registers within what the launch gave the thread block: a consumer's
+  // increase waits until the producers' decrease has freed enough, forever if it never does (a
+  // producer at 64 registers hung every tma kernel on the H200).
+  static constexpr int kLaunchRegisters = 65536 / kThreads / 8 * 8;
   static_assert(kProducerThreads * kProducerRegisters + kConsumerWarps * 32 * kConsumerRegisters <=
-                    65536,
-                "the register file holds both sides");
+                    kThreads * kLaunchRegisters,
+                "both sides fit in the registers of the launch");
 };
 
 // The ring position shared by both sides: stage index and the parity of its current use.
