@@ -17,7 +17,7 @@
 //
 // Paths: ll (low-latency), ht (high-throughput: peer to peer where every GPU reaches every other,
 // else NCCL), nccl (high-throughput forced through NCCL). --combine runs the peer-to-peer paths
-// once per combine (push, pull, or auto: MOE_EP_COMBINE, else pull; CombineKind in
+// once per combine (push, pull, or auto: MOE_EP_COMBINE, else push; CombineKind in
 // moe/cuda_ep_layer.h), e.g. --combine push,pull for an A/B in one run; the path column names the
 // combine each ran with. nccl has one combine and runs once.
 //

@@ -57,7 +57,7 @@ namespace moe {
 // partial rows back to their sources; the path over NCCL has one way (an all-to-all). A collective
 // choice: every rank must resolve to the same (checked at construction).
 enum class CombineKind : uint8_t {
-  kAuto,  // MOE_EP_COMBINE (push or pull) where set, else kPull
+  kAuto,  // MOE_EP_COMBINE (push or pull) where set, else kPush (measured on GPUs; pull is not yet)
   kPush,  // the serving rank writes each partial row into its source's buffer, then a flag
   kPull,  // the serving rank publishes a flag; the source reads the rows from the server's buffer
 };
@@ -65,7 +65,7 @@ enum class CombineKind : uint8_t {
 const char* combine_kind_name(CombineKind kind);          // "auto" | "push" | "pull"
 CombineKind parse_combine_kind(const std::string& name);  // throws moe::Error on others
 // kPush or kPull: `requested` itself, or for kAuto MOE_EP_COMBINE's (throws moe::Error naming
-// the variable on a value other than push, pull or auto), else kPull.
+// the variable on a value other than push, pull or auto), else kPush.
 CombineKind resolve_combine_kind(CombineKind requested);
 
 struct CudaEpOptions {

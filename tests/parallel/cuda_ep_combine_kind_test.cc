@@ -43,17 +43,17 @@ TEST(CudaEpCombineKind, NamesRoundTrip) {
   expect_error([] { parse_combine_kind("both"); }, {"combine", "push, pull or auto", "'both'"});
 }
 
-TEST(CudaEpCombineKind, DefaultIsPullUnlessTheEnvironmentSaysPush) {
+TEST(CudaEpCombineKind, DefaultIsPushUnlessTheEnvironmentSaysPull) {
   {
     const ScopedCombineEnv unset(nullptr);
-    EXPECT_EQ(resolve_combine_kind(CombineKind::kAuto), CombineKind::kPull);
+    EXPECT_EQ(resolve_combine_kind(CombineKind::kAuto), CombineKind::kPush);
   }
-  for (const char* pull : {"", "auto", "pull"}) {
-    const ScopedCombineEnv env(pull);
-    EXPECT_EQ(resolve_combine_kind(CombineKind::kAuto), CombineKind::kPull) << "'" << pull << "'";
+  for (const char* push : {"", "auto", "push"}) {
+    const ScopedCombineEnv env(push);
+    EXPECT_EQ(resolve_combine_kind(CombineKind::kAuto), CombineKind::kPush) << "'" << push << "'";
   }
-  const ScopedCombineEnv push("push");
-  EXPECT_EQ(resolve_combine_kind(CombineKind::kAuto), CombineKind::kPush);
+  const ScopedCombineEnv pull("pull");
+  EXPECT_EQ(resolve_combine_kind(CombineKind::kAuto), CombineKind::kPull);
 }
 
 TEST(CudaEpCombineKind, AnExplicitChoiceWinsOverTheEnvironment) {

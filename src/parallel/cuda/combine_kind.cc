@@ -29,13 +29,13 @@ CombineKind parse_combine_kind(const std::string& name) {
 CombineKind resolve_combine_kind(CombineKind requested) {
   if (requested != CombineKind::kAuto) return requested;
   const char* forced = std::getenv("MOE_EP_COMBINE");
-  if (forced == nullptr || *forced == '\0') return CombineKind::kPull;
+  if (forced == nullptr || *forced == '\0') return CombineKind::kPush;
   const std::string value = forced;
   if (value != "push" && value != "pull" && value != "auto") {
     fail("MOE_EP_COMBINE: expected push, pull or auto; got '{}'", value);
   }
   const CombineKind kind = parse_combine_kind(value);
-  return kind == CombineKind::kAuto ? CombineKind::kPull : kind;
+  return kind == CombineKind::kAuto ? CombineKind::kPush : kind;
 }
 
 }  // namespace moe

@@ -22,7 +22,7 @@
 //   ht_nccl      before   the row counts' exchange through MPI: "failed in dispatch: ... with
 //                         ranks [V]"
 //
-// The combine is the layer's default (CombineKind::kAuto: MOE_EP_COMBINE, else pull), named in
+// The combine is the layer's default (CombineKind::kAuto: MOE_EP_COMBINE, else push), named in
 // the verdict; with the pull combine the survivor never reads the victim's buffer once its flag
 // did not come. The layer's timeout bounds the waits on the GPU, the communicators' timeouts (set
 // to the same TIMEOUT_MS once the layer is built) those in MPI and NCCL. Each survivor prints
