@@ -161,13 +161,7 @@ class CudaEpBencher {
         "GPUs on {} host{} ({} + {})\n",
         config_.name, host_.size(), host_.num_hosts(), host_.num_hosts() > 1 ? "s" : "",
         host_.name(), nccl_->name());
-    const ExpertsConfig& x = config_.experts;
-    fmt::print("  shape      H={} I={} E={} k={}{}\n", x.hidden_size, x.intermediate_size,
-               config_.routing.num_experts, config_.routing.top_k,
-               x.shared_intermediate_size > 0
-                   ? fmt::format(" shared I={}{}, on every rank for its own tokens",
-                                 x.shared_intermediate_size, x.shared_gate ? " (gated)" : "")
-                   : "");
+    print_ep_gpu_shape(config_);
     print_ep_setup(o_.ep, *map_);
     fmt::print("  gpu        rank 0: device {} ({}); each rank the GPU of its index on its host\n",
                gpu_, gpu_name());

@@ -205,6 +205,16 @@ void print_ep_setup(const EpSettings& settings, const ExpertMap& map) {
              map.num_experts());
 }
 
+void print_ep_gpu_shape(const MoeConfig& config) {
+  const ExpertsConfig& x = config.experts;
+  fmt::print("  shape      H={} I={} E={} k={}{}\n", x.hidden_size, x.intermediate_size,
+             config.routing.num_experts, config.routing.top_k,
+             x.shared_intermediate_size > 0
+                 ? fmt::format(" shared I={}{}, on every rank for its own tokens",
+                               x.shared_intermediate_size, x.shared_gate ? " (gated)" : "")
+                 : "");
+}
+
 nlohmann::json ep_rank_json(const EpRankSummary& r) {
   return {
       {"tokens", r.tokens},

@@ -85,6 +85,10 @@ nlohmann::json ep_setup_json(const MoeConfig& config, const Communicator& comm,
 // The header lines every --ep command prints for the same settings: dispatch and placement.
 void print_ep_setup(const EpSettings& settings, const ExpertMap& map);
 
+// The GPU --ep commands' shape line: H, I, E, k and the shared experts, which every rank runs on
+// its own tokens.
+void print_ep_gpu_shape(const MoeConfig& config);
+
 // One rank's summary as the JSON object `moe run --ep` and `moe bench --ep` print per rank.
 nlohmann::json ep_rank_json(const EpRankSummary& rank);
 

@@ -111,13 +111,7 @@ class CudaEpRunner {
         "moe run --ep --device cuda: {} (one MoE layer, {}) over {} GPUs on {} host{} ({} + {})\n",
         config_.name, weights_source_, host_.size(), host_.num_hosts(),
         host_.num_hosts() > 1 ? "s" : "", host_.name(), nccl_->name());
-    const ExpertsConfig& x = config_.experts;
-    fmt::print("  shape      H={} I={} E={} k={}{}\n", x.hidden_size, x.intermediate_size,
-               config_.routing.num_experts, config_.routing.top_k,
-               x.shared_intermediate_size > 0
-                   ? fmt::format(" shared I={}{}, on every rank for its own tokens",
-                                 x.shared_intermediate_size, x.shared_gate ? " (gated)" : "")
-                   : "");
+    print_ep_gpu_shape(config_);
     print_ep_setup(o_.ep, *map_);
     fmt::print("  weights    bf16, {:.3f} GB of expert weights on rank 0\n",
                static_cast<double>(local_.w13.nbytes() + local_.w2.nbytes()) * 1e-9);
@@ -127,7 +121,7 @@ class CudaEpRunner {
         "  check      sampled tokens against the single-GPU CUDA layer within bf16 rounding, not "
         "bitwise ((k + N + {}) * 2^-8 of each token's largest output, docs/parallel-cuda.md), and "
         "against the float64 reference\n",
-        x.shared_intermediate_size > 0 ? 2 : 1);
+        config_.experts.shared_intermediate_size > 0 ? 2 : 1);
   }
 
   std::pair<std::vector<CudaEpRankSummary>, CudaEpCheck> measure(int64_t tokens) {
