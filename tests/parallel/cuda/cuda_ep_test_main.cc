@@ -14,6 +14,7 @@
 #include "moe/nccl_communicator.h"
 #include "parallel/cuda/cuda_ep_world.h"
 #include "parallel/cuda/gpu_per_rank.h"
+#include "parallel/rank_failure_printer.h"
 
 namespace moe::testing {
 namespace {
@@ -44,10 +45,7 @@ int main(int argc, char** argv) {
         moe::make_nccl_communicator(*world, {.device = local_index});
     moe::testing::g_host = world.get();
     moe::testing::g_nccl = nccl.get();
-    if (me > 0) {
-      ::testing::TestEventListeners& listeners = ::testing::UnitTest::GetInstance()->listeners();
-      delete listeners.Release(listeners.default_result_printer());
-    }
+    if (me > 0) moe::testing::print_only_failures_of_this_rank(me);
     const int result = RUN_ALL_TESTS();
     std::vector<int> all(static_cast<size_t>(world->size()));
     world->all_gather(&result, sizeof result, all.data());

@@ -9,26 +9,13 @@
 #include "moe/error.h"
 #include "moe/mpi_communicator.h"
 #include "parallel/mpi/mpi_world.h"
+#include "parallel/rank_failure_printer.h"
 
 namespace moe::testing {
 
 namespace {
 
 Communicator* g_world = nullptr;
-
-class FailurePrinter : public ::testing::EmptyTestEventListener {
- public:
-  explicit FailurePrinter(int rank) : rank_(rank) {}
-  void OnTestPartResult(const ::testing::TestPartResult& result) override {
-    if (!result.failed()) return;
-    std::fprintf(stderr, "rank %d: %s:%d: failure\n%s\n", rank_,
-                 result.file_name() ? result.file_name() : "?", result.line_number(),
-                 result.summary());
-  }
-
- private:
-  int rank_;
-};
 
 }  // namespace
 
@@ -44,11 +31,8 @@ int main(int argc, char** argv) {
     std::unique_ptr<moe::Communicator> world = moe::make_mpi_communicator();
     world->set_timeout(std::chrono::seconds(20));
     moe::testing::g_world = world.get();
-    if (session.world_rank() > 0) {
-      ::testing::TestEventListeners& listeners = ::testing::UnitTest::GetInstance()->listeners();
-      delete listeners.Release(listeners.default_result_printer());
-      listeners.Append(new moe::testing::FailurePrinter(session.world_rank()));
-    }
+    if (session.world_rank() > 0)
+      moe::testing::print_only_failures_of_this_rank(session.world_rank());
     const int mine = RUN_ALL_TESTS();
     std::vector<int> all(static_cast<size_t>(world->size()));
     world->all_gather(&mine, sizeof mine, all.data());

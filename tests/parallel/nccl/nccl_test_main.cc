@@ -11,6 +11,7 @@
 #include "moe/nccl_communicator.h"
 #include "parallel/nccl/host_staged_communicator.h"
 #include "parallel/nccl/nccl_world.h"
+#include "parallel/rank_failure_printer.h"
 
 namespace moe::testing {
 
@@ -55,10 +56,7 @@ int main(int argc, char** argv) {
     std::unique_ptr<moe::Communicator> staged = moe::testing::make_host_staged_communicator(*nccl);
     moe::testing::g_nccl = nccl.get();
     moe::testing::g_staged = staged.get();
-    if (me > 0) {
-      ::testing::TestEventListeners& listeners = ::testing::UnitTest::GetInstance()->listeners();
-      delete listeners.Release(listeners.default_result_printer());
-    }
+    if (me > 0) moe::testing::print_only_failures_of_this_rank(me);
     const int result = RUN_ALL_TESTS();
     world->all_gather(&result, sizeof result, all.data());
     status = 0;
