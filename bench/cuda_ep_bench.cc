@@ -21,8 +21,12 @@
 // moe/cuda_ep_layer.h), e.g. --combine push,pull for an A/B in one run; the path column names the
 // combine each ran with. nccl has one combine and runs once.
 //
+// Timed steps start together on every GPU (StartLine: a barrier of the GPUs after the host's);
+// --start host leaves only the host barrier, whose skew between processes the stages then time.
+//
 // Run: mpirun -np 2 build/release/bench/moe_bench_cuda_ep [--tokens 128,4096] [--iterations 20]
 //        [--paths ll,ht,nccl] [--combine auto] [--models qwen3-30b-a3b,deepseek-v3] [--free-sms 16]
+//        [--start gpu]
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
 
@@ -30,6 +34,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -44,6 +49,8 @@
 #include "moe/mpi_communicator.h"
 #include "moe/nccl_communicator.h"
 #include "parallel/cuda/ep_kernels.h"
+#include "parallel/cuda/ipc_buffers.h"
+#include "parallel/cuda/peer_barrier.h"
 
 namespace moe {
 namespace {
@@ -52,6 +59,7 @@ using cuda::check;
 
 // The stream is held this long before each timed step, so the host has queued the whole step.
 constexpr int64_t kHoldUs = 200;
+constexpr uint64_t kStartTimeoutNs = 10'000'000'000;  // a peer that never lines up: an error
 
 std::vector<std::string> split(const std::string& list) {
   std::vector<std::string> items;
@@ -158,6 +166,30 @@ double nccl_all_to_all_seconds(Communicator& host, Communicator& nccl, int64_t b
   return slowest(host, median(seconds));
 }
 
+// Lines the ranks' streams up before a timed step: the host barrier, the hold while the host
+// queues the step, then (where the GPUs reach each other through CUDA IPC) a barrier of the GPUs
+// themselves. Without it a stage that waits for a peer also times the skew between the processes'
+// host barrier exits, several microseconds and noisy: as much as a decode-size stage itself.
+class StartLine {
+ public:
+  StartLine(Communicator& host, bool on_gpus) : host_(host) {
+    if (on_gpus && cuda::ep::ipc_reachable(host)) gpus_.emplace(host, kStartTimeoutNs);
+  }
+  const char* name() const { return gpus_ ? "GPU barrier" : "host barrier"; }
+
+  void before_step(cudaStream_t stream) {
+    if (gpus_) gpus_->throw_if_timed_out();
+    check(cudaStreamSynchronize(stream), "sync");
+    host_.barrier();
+    cuda::ep::hold_stream(kHoldUs, stream);
+    if (gpus_) gpus_->arrive_and_wait(stream);
+  }
+
+ private:
+  Communicator& host_;
+  std::optional<cuda::ep::PeerBarrier> gpus_;
+};
+
 struct Case {
   std::string model;
   int64_t tokens;
@@ -167,21 +199,20 @@ struct Case {
 
 // Slowest rank's median GPU time of `step` (queued after the stream hold), in microseconds.
 template <typename Step>
-double median_step_us(Communicator& host, CudaEpLayer& layer, int iterations, Step step) {
+double median_step_us(Communicator& host, StartLine& start, CudaEpLayer& layer, int iterations,
+                      Step step) {
   auto stream = static_cast<cudaStream_t>(layer.stream());
   std::vector<double> times;
   for (int i = 0; i < iterations + 3; ++i) {
-    check(cudaStreamSynchronize(stream), "sync");
-    host.barrier();
-    cuda::ep::hold_stream(kHoldUs, stream);
+    start.before_step(stream);
     step();
     if (i >= 3) times.push_back(layer.last_stats().total_us);
   }
   return slowest(host, median(times));
 }
 
-void run_case(Communicator& host, Communicator& nccl, const Case& c, int iterations,
-              double peer_bandwidth, int free_sms) {
+void run_case(Communicator& host, Communicator& nccl, StartLine& start, const Case& c,
+              int iterations, double peer_bandwidth, int free_sms) {
   const int me = host.rank(), N = host.size();
   MoeConfig config = preset_config(c.model);
   config.experts.shared_intermediate_size = 0;  // routed experts: what expert parallelism moves
@@ -230,9 +261,7 @@ void run_case(Communicator& host, Communicator& nccl, const Case& c, int iterati
   std::vector<double> dispatch, experts_us, combine, step, graph_step;
   CudaEpStats stats;
   for (int i = 0; i < iterations + 3; ++i) {  // three warm-up steps size every buffer
-    check(cudaStreamSynchronize(stream), "sync");
-    host.barrier();
-    cuda::ep::hold_stream(kHoldUs, stream);  // the stages below are queued before they start
+    start.before_step(stream);                // the stages below are queued before they start
     events.mark(0, layer.stream());
     layer.dispatch(v_hidden, v_ids, v_weights);
     events.mark(1, layer.stream());
@@ -241,9 +270,7 @@ void run_case(Communicator& host, Communicator& nccl, const Case& c, int iterati
     // Combine starts once every rank's experts are done, so its time is the exchange's and not
     // the other rank's lag (ranks' experts differ by up to a few percent: at DeepSeek-V3's
     // milliseconds, more than the exchange itself).
-    check(cudaStreamSynchronize(stream), "sync");
-    host.barrier();
-    cuda::ep::hold_stream(kHoldUs, stream);
+    start.before_step(stream);
     events.mark(3, layer.stream());
     layer.combine(v_out);
     events.mark(4, layer.stream());
@@ -255,9 +282,7 @@ void run_case(Communicator& host, Communicator& nccl, const Case& c, int iterati
     combine.push_back(events.us(3, 4));
   }
   for (int i = 0; i < iterations + 3; ++i) {
-    check(cudaStreamSynchronize(stream), "sync");
-    host.barrier();
-    cuda::ep::hold_stream(kHoldUs, stream);
+    start.before_step(stream);
     layer.forward(v_hidden, v_out);
     if (i >= 3) step.push_back(layer.last_stats().total_us);
   }
@@ -272,9 +297,7 @@ void run_case(Communicator& host, Communicator& nccl, const Case& c, int iterati
     check(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
     check(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
     for (int i = 0; i < iterations + 3; ++i) {
-      check(cudaStreamSynchronize(stream), "sync");
-      host.barrier();
-      cuda::ep::hold_stream(kHoldUs, stream);
+      start.before_step(stream);
       events.mark(0, stream);
       check(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
       events.mark(1, stream);
@@ -313,9 +336,10 @@ void run_case(Communicator& host, Communicator& nccl, const Case& c, int iterati
         100 * d_gbs / std::max(nccl_gbs, 1e-9));
   }
 
-  const double one_us = median_step_us(
-      host, layer, iterations, [&] { layer.forward_routed(v_hidden, v_ids, v_weights, v_out); });
-  const double two_us = median_step_us(host, layer, iterations, [&] {
+  const double one_us = median_step_us(host, start, layer, iterations, [&] {
+    layer.forward_routed(v_hidden, v_ids, v_weights, v_out);
+  });
+  const double two_us = median_step_us(host, start, layer, iterations, [&] {
     layer.forward_routed_two_batch(v_hidden, v_ids, v_weights, v_out);
   });
   const CudaEpStats& two = layer.last_stats();
@@ -339,6 +363,7 @@ int run(int argc, char** argv) {
   std::vector<CombineKind> combines = {CombineKind::kAuto};
   int iterations = 20;
   int free_sms = 16;
+  bool start_on_gpus = true;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
     if (flag == "--iterations") {
@@ -355,10 +380,15 @@ int run(int argc, char** argv) {
       for (const std::string& kind : split(value)) combines.push_back(parse_combine_kind(kind));
     } else if (flag == "--free-sms") {
       free_sms = std::max(0, std::atoi(value.c_str()));
+    } else if (flag == "--start") {
+      if (value != "gpu" && value != "host") {
+        fail("moe_bench_cuda_ep: --start must be gpu or host, got '{}'", value);
+      }
+      start_on_gpus = value == "gpu";
     } else {
       fail(
           "moe_bench_cuda_ep: unknown flag '{}' (--tokens, --iterations, --paths, --combine, "
-          "--models, --free-sms)",
+          "--models, --free-sms, --start)",
           flag);
     }
   }
@@ -378,9 +408,12 @@ int run(int argc, char** argv) {
   const int peer_device = (device + 1) % devices;
   const double peer =
       N > 1 && peer_device != device ? peer_copy_bandwidth(*host, device, peer_device) : 0.0;
+  StartLine start(*host, start_on_gpus);
   if (me == 0) {
-    std::printf("%d ranks; peer copy (cudaMemcpyPeerAsync 256 MiB, all GPUs at once): %.1f GB/s\n",
-                N, peer / 1e9);
+    std::printf(
+        "%d ranks; peer copy (cudaMemcpyPeerAsync 256 MiB, all GPUs at once): %.1f GB/s; timed "
+        "steps start at a %s\n",
+        N, peer / 1e9, start.name());
     std::printf(
         "model          tokens path    | dispatch    GB/s |  combine    GB/s |   experts      step "
         "graph d+x+c | nccl a2a    GB/s | disp%% comb%% | disp\n"
@@ -391,11 +424,11 @@ int run(int argc, char** argv) {
     for (int64_t t : tokens) {
       for (const std::string& p : paths) {
         if (p == "nccl") {
-          run_case(*host, *nccl, {model, t, p}, iterations, peer, free_sms);
+          run_case(*host, *nccl, start, {model, t, p}, iterations, peer, free_sms);
           continue;
         }
         for (CombineKind kind : combines) {
-          run_case(*host, *nccl, {model, t, p, kind}, iterations, peer, free_sms);
+          run_case(*host, *nccl, start, {model, t, p, kind}, iterations, peer, free_sms);
         }
       }
     }

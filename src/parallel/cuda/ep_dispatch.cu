@@ -1,6 +1,7 @@
 // Dispatch on the GPU: dispatch_send writes each token row once per serving rank straight into
-// that rank's region (a peer's IPC-mapped buffer, or a local staging buffer for NCCL), and
-// dispatch_wait is the receiving side of the peer-to-peer paths. See ep_kernels.h.
+// that rank's region (a peer's IPC-mapped buffer, or a local staging buffer for NCCL); on the
+// peer-to-peer paths its last block then receives (waits for every source's count). See
+// ep_kernels.h.
 //
 // Work split: a block takes a chunk of consecutive tokens (one token per block at decode sizes,
 // up to kMaxChunk at prefill sizes, so about two blocks per SM run), counts the chunk's rows per
@@ -15,7 +16,9 @@
 // cumulativity (the pattern of cooperative groups' grid sync, at system scope). The block that
 // counts last has observed every earlier increment (one RMW chain), fences again (acquire) and
 // publishes each count with st.release.sys, cumulative too: a peer whose ld.acquire.sys reads the
-// new step reads every row, id and weight of it.
+// new step reads every row, id and weight of it. The same block then receives: its threads s < N
+// acquire source s's flag, and after a __syncthreads its writes (the masked ids) and every later
+// kernel's reads of the received rows follow those acquires.
 #include <algorithm>
 
 #include "kernels/cuda/check.h"
@@ -29,8 +32,6 @@ constexpr int kThreads = 256;
 constexpr int kMaxChunk = 64;    // tokens one block slots at once (shared memory); <= kThreads
 constexpr int kBlocksPerSm = 2;  // target grid: enough bytes in flight to fill NVLink
 constexpr int kUnroll = 8;       // 16-byte loads in flight per thread before the stores
-constexpr int kWaitThreads = 512;
-constexpr int kMaxWaitBlocks = 8;
 static_assert(kMaxChunk <= kThreads, "one thread per token of a chunk finds its destinations");
 
 __device__ bool served_by(const DispatchSendArgs& a, int32_t expert, int rank) {
@@ -136,6 +137,41 @@ __device__ void send_chunk(const DispatchSendArgs& a, int64_t t0, int n,
   __syncthreads();  // slots[] and counted[] are rewritten for the next chunk
 }
 
+// The last block, after publishing (peer to peer): waits for every source's flag of this step
+// (its threads s < N), records the counts, and masks the ids of the slots past each count: they
+// hold an older step's ids, which the experts must skip.
+__device__ void receive(const DispatchSendArgs& a) {
+  __shared__ int32_t counts[kMaxRanks];
+  const DispatchWaitArgs& w = a.wait;
+  const uint32_t step = *a.step;  // advanced by publish_counts, before the block's barrier
+  if (threadIdx.x < a.num_ranks) {
+    const int s = static_cast<int>(threadIdx.x);
+    bool timed_out = false;
+    uint64_t seen = 0;
+    const uint64_t flag =
+        wait_for_step(&w.flags[s], step, global_timer_ns() + w.timeout_ns, &timed_out, &seen);
+    int64_t needed = 0;
+    if (timed_out) {
+      note_timeout(a.status, s, step, seen, kStatusDispatchTimeout);
+    } else {
+      needed = flag_value(flag);
+      if (needed > a.capacity) {
+        a.status->needed_from[s] = static_cast<int32_t>(needed);
+        note_error(a.status, kStatusOverflow, step);
+      }
+    }
+    counts[s] = static_cast<int32_t>(needed < a.capacity ? needed : a.capacity);
+    w.received_counts[s] = counts[s];
+  }
+  __syncthreads();
+  const int64_t k = a.top_k;
+  const int64_t per_source = a.capacity * k;
+  for (int s = 0; s < a.num_ranks; ++s) {
+    int32_t* ids = w.ids + s * per_source;
+    for (int64_t i = counts[s] * k + threadIdx.x; i < per_source; i += blockDim.x) ids[i] = -1;
+  }
+}
+
 __global__ void __launch_bounds__(kThreads) dispatch_send_kernel(DispatchSendArgs a, int chunk) {
   __shared__ int32_t slots[kMaxChunk][kMaxRanks];
   __shared__ int32_t counted[kMaxRanks], first[kMaxRanks];
@@ -146,50 +182,15 @@ __global__ void __launch_bounds__(kThreads) dispatch_send_kernel(DispatchSendArg
                first);
   }
   // One system fence per block, after the barrier (see the NOTE above).
+  __shared__ bool last;
   __syncthreads();
   if (threadIdx.x == 0) {
     __threadfence_system();
-    if (atomicAdd(a.blocks_done, 1u) == gridDim.x - 1) publish_counts(a);
-  }
-}
-
-// Every block waits for every source's flag itself (its threads s < N), so its own writes below
-// are ordered after the acquire; block 0 also records the counts.
-__global__ void __launch_bounds__(kWaitThreads) dispatch_wait_kernel(DispatchWaitArgs a) {
-  __shared__ int32_t counts[kMaxRanks];
-  const uint32_t step = *a.step;
-  if (threadIdx.x < a.num_ranks) {
-    const int s = static_cast<int>(threadIdx.x);
-    bool timed_out = false;
-    uint64_t seen = 0;
-    const uint64_t flag =
-        wait_for_step(&a.flags[s], step, global_timer_ns() + a.timeout_ns, &timed_out, &seen);
-    int64_t needed = 0;
-    if (timed_out) {
-      // Any block's timeout fails the step, so blocks that disagree about a late flag are safe.
-      note_timeout(a.status, s, step, seen, kStatusDispatchTimeout);
-    } else {
-      needed = flag_value(flag);
-      if (needed > a.capacity) {
-        a.status->needed_from[s] = static_cast<int32_t>(needed);
-        note_error(a.status, kStatusOverflow, step);
-      }
-    }
-    counts[s] = static_cast<int32_t>(needed < a.capacity ? needed : a.capacity);
-    if (blockIdx.x == 0) a.received_counts[s] = counts[s];
+    last = atomicAdd(a.blocks_done, 1u) == gridDim.x - 1;
+    if (last) publish_counts(a);
   }
   __syncthreads();
-  // Slots past a source's count hold an older step's ids: mask them so the experts skip them.
-  const int64_t k = a.top_k;
-  const int64_t per_source = a.capacity * k;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int s = 0; s < a.num_ranks; ++s) {
-    int32_t* ids = a.ids + s * per_source;
-    for (int64_t i = counts[s] * k + blockIdx.x * blockDim.x + threadIdx.x; i < per_source;
-         i += stride) {
-      ids[i] = -1;
-    }
-  }
+  if (last && a.wait.flags != nullptr) receive(a);
 }
 
 int sm_count() {
@@ -214,15 +215,6 @@ void dispatch_send(const DispatchSendArgs& args, cudaStream_t stream) {
   dispatch_send_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
       args, static_cast<int>(chunk));
   check_launch("ep::dispatch_send");
-}
-
-void dispatch_wait(const DispatchWaitArgs& args, cudaStream_t stream) {
-  // Masking is cheap (only slots past each count); a few blocks when the capacity is large.
-  const int64_t ids = args.num_ranks * args.capacity * args.top_k;
-  const int64_t blocks =
-      std::clamp<int64_t>(ids / (int64_t{kWaitThreads} * 16), 1, int64_t{kMaxWaitBlocks});
-  dispatch_wait_kernel<<<static_cast<unsigned>(blocks), kWaitThreads, 0, stream>>>(args);
-  check_launch("ep::dispatch_wait");
 }
 
 }  // namespace moe::cuda::ep

@@ -8,9 +8,10 @@
 //                   high-throughput on a P2P host): the regions are peers' buffers mapped through
 //                   CUDA IPC and the kernel publishes each row count with a system-scope release.
 //                   Over NCCL: local staging buffers that NCCL sends.
-//   dispatch_wait   (peer to peer) waits on the GPU for every source's count of this step, masks
-//                   the ids of the slots past each count (-1), so the experts read the whole
-//                   [sources * capacity] layout in place and skip empty slots.
+//                   Peer to peer, its last block then waits on the GPU for every source's count
+//                   of this step and masks the ids of the slots past each count (-1), so the
+//                   experts read the whole [sources * capacity] layout in place and skip empty
+//                   slots (no kernel of its own: one launch fewer on the step's critical path).
 //   combine_send    (peer to peer) each received row's partial result (the sum of its pairs
 //                   served here) back into the source's buffer, then the count with a release.
 //   combine_sum     (optionally waiting for every rank's combine flag) out[t] = sum over ranks d
@@ -37,6 +38,15 @@
 
 namespace moe::cuda::ep {
 
+// The receiving side of a peer-to-peer dispatch, run by dispatch_send's last block once it
+// published this rank's counts.
+struct DispatchWaitArgs {
+  const uint64_t* flags = nullptr;  // [N] local: word s written by source s; null: no wait (NCCL)
+  int32_t* ids = nullptr;           // [N, capacity, k] local: slots past each count set to -1
+  uint64_t timeout_ns = 0;
+  int32_t* received_counts = nullptr;  // [N]: rows from each source in this step (<= capacity)
+};
+
 struct DispatchSendArgs {
   const void* hidden = nullptr;             // bf16 [M, H]
   const int32_t* topk_ids = nullptr;        // [M, k]: ids outside [0, E) go nowhere
@@ -61,18 +71,7 @@ struct DispatchSendArgs {
   int32_t* slot_of = nullptr;        // [M, N]: the token's row at each destination, or -1
   int32_t* sent_counts = nullptr;    // [N]: rows needed per destination (may exceed capacity)
   Status* status = nullptr;
-};
-
-struct DispatchWaitArgs {
-  const uint64_t* flags = nullptr;  // [N] local: word s written by source s
-  const uint32_t* step = nullptr;
-  int32_t* ids = nullptr;  // [N, capacity, k] local: slots past each count set to -1
-  int64_t top_k = 0;
-  int64_t capacity = 0;
-  int num_ranks = 0;
-  uint64_t timeout_ns = 0;
-  int32_t* received_counts = nullptr;  // [N]: rows from each source in this step (<= capacity)
-  Status* status = nullptr;
+  DispatchWaitArgs wait;
 };
 
 struct CombineSendArgs {
@@ -132,7 +131,6 @@ struct CombinePullArgs {
 };
 
 void dispatch_send(const DispatchSendArgs& args, cudaStream_t stream);
-void dispatch_wait(const DispatchWaitArgs& args, cudaStream_t stream);
 void combine_send(const CombineSendArgs& args, cudaStream_t stream);
 void combine_sum(const CombineSumArgs& args, cudaStream_t stream);
 void combine_publish(const CombinePublishArgs& args, cudaStream_t stream);
@@ -142,5 +140,18 @@ void combine_pull(const CombinePullArgs& args, cudaStream_t stream);
 // next stages before the GPU reaches them: benchmarks of microsecond stages then time the GPU,
 // not the host's launch calls.
 void hold_stream(int64_t microseconds, cudaStream_t stream);
+
+// A barrier of the GPUs (PeerBarrier, peer_barrier.h): one thread per rank d raises this rank's
+// word at rank d, then waits for rank d's word here to carry `round`; the first rank whose word
+// never came by the timeout goes to *timed_out_peer.
+struct PeerBarrierArgs {
+  uint64_t* peer_words[kMaxRanks] = {};  // this rank's word in each rank's flags
+  const uint64_t* own_words = nullptr;   // [N]: each rank's word here
+  int num_ranks = 0;
+  uint32_t round = 0;
+  uint64_t timeout_ns = 0;
+  int32_t* timed_out_peer = nullptr;
+};
+void peer_barrier(const PeerBarrierArgs& args, cudaStream_t stream);
 
 }  // namespace moe::cuda::ep

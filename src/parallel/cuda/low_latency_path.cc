@@ -94,21 +94,13 @@ class LowLatencyPath : public DataPath {
       send.dest_weights[d] = at<float>(peer, layout_.weights) + me * C * k;
       send.dest_flags[d] = at<uint64_t>(peer, layout_.dispatch_flags) + me;
     }
+    send.wait.flags = at<uint64_t>(local(), layout_.dispatch_flags);
+    send.wait.ids = at<int32_t>(local(), layout_.ids);
+    send.wait.timeout_ns = timeout_ns_;
+    send.wait.received_counts = scratch_.received_counts();
     slot_of_ = send.slot_of;
     num_tokens_ = in.num_tokens;
     dispatch_send(send, stream);
-
-    DispatchWaitArgs wait;
-    wait.flags = at<uint64_t>(local(), layout_.dispatch_flags);
-    wait.step = scratch_.step();
-    wait.ids = at<int32_t>(local(), layout_.ids);
-    wait.top_k = k;
-    wait.capacity = C;
-    wait.num_ranks = N;
-    wait.timeout_ns = timeout_ns_;
-    wait.received_counts = scratch_.received_counts();
-    wait.status = scratch_.status();
-    dispatch_wait(wait, stream);
   }
 
   ReceivedRows received() const override {
