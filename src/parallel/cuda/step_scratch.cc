@@ -11,7 +11,7 @@ constexpr size_t kWords = sizeof(Status);
 }  // namespace
 
 StepScratch::StepScratch(int num_ranks) : num_ranks_(num_ranks) {
-  const size_t bytes = kWords + (3 + 3 * static_cast<size_t>(kMaxRanks)) * sizeof(int32_t);
+  const size_t bytes = kWords + (2 + 3 * static_cast<size_t>(kMaxRanks)) * sizeof(int32_t);
   fixed_.reserve(bytes);
   check(cudaMemset(fixed_.data(), 0, bytes), "cudaMemset (step scratch)");
   const Status clear{};
@@ -30,11 +30,10 @@ int32_t* word(const DeviceBuffer& buffer, size_t index) {
 uint32_t* StepScratch::dispatch_done() const {
   return reinterpret_cast<uint32_t*>(word(fixed_, 0));
 }
-uint32_t* StepScratch::combine_done() const { return reinterpret_cast<uint32_t*>(word(fixed_, 1)); }
-uint32_t* StepScratch::step() const { return reinterpret_cast<uint32_t*>(word(fixed_, 2)); }
-int32_t* StepScratch::send_counters() const { return word(fixed_, 3); }
-int32_t* StepScratch::sent_counts() const { return word(fixed_, 3 + kMaxRanks); }
-int32_t* StepScratch::received_counts() const { return word(fixed_, 3 + 2 * kMaxRanks); }
+uint32_t* StepScratch::step() const { return reinterpret_cast<uint32_t*>(word(fixed_, 1)); }
+int32_t* StepScratch::send_counters() const { return word(fixed_, 2); }
+int32_t* StepScratch::sent_counts() const { return word(fixed_, 2 + kMaxRanks); }
+int32_t* StepScratch::received_counts() const { return word(fixed_, 2 + 2 * kMaxRanks); }
 
 int32_t* StepScratch::slot_of(int64_t num_tokens) {
   slot_of_.reserve(static_cast<size_t>(std::max<int64_t>(num_tokens, 1) * num_ranks_) *
