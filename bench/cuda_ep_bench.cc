@@ -16,17 +16,13 @@
 // step's bytes sent by domain (last_stats(): same host, cross host).
 //
 // Paths: ll (low-latency), ht (high-throughput: peer to peer where every GPU reaches every other,
-// else NCCL), nccl (high-throughput forced through NCCL). --combine runs the peer-to-peer paths
-// once per combine (push, pull, or auto: MOE_EP_COMBINE, else push; CombineKind in
-// moe/cuda_ep_layer.h), e.g. --combine push,pull for an A/B in one run; the path column names the
-// combine each ran with. nccl has one combine and runs once.
+// else NCCL), nccl (high-throughput forced through NCCL).
 //
 // Timed steps start together on every GPU (StartLine: a barrier of the GPUs after the host's);
 // --start host leaves only the host barrier, whose skew between processes the stages then time.
 //
 // Run: mpirun -np 2 build/release/bench/moe_bench_cuda_ep [--tokens 128,4096] [--iterations 20]
-//        [--paths ll,ht,nccl] [--combine auto] [--models qwen3-30b-a3b,deepseek-v3] [--free-sms 16]
-//        [--start gpu]
+//        [--paths ll,ht,nccl] [--models qwen3-30b-a3b,deepseek-v3] [--free-sms 16] [--start gpu]
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
 
@@ -194,7 +190,6 @@ struct Case {
   std::string model;
   int64_t tokens;
   std::string path;  // ll, ht or nccl
-  CombineKind combine = CombineKind::kAuto;
 };
 
 // Slowest rank's median GPU time of `step` (queued after the stream hold), in microseconds.
@@ -223,7 +218,6 @@ void run_case(Communicator& host, Communicator& nccl, StartLine& start, const Ca
   options.dispatcher =
       c.path == "nccl" ? DispatcherKind::kHighThroughput : parse_dispatcher(c.path);
   options.high_throughput_over_nccl = c.path == "nccl";
-  options.combine = c.combine;
   options.low_latency_capacity = M;  // a rank never sends one peer more rows than its tokens
   options.two_batch_overlap = true;
   options.overlap_free_multiprocessors = free_sms;
@@ -324,13 +318,10 @@ void run_case(Communicator& host, Communicator& nccl, StartLine& start, const Ca
   const double c_gbs = slowest(host, -combine_bytes / (c_us * 1e3)) * -1;
   const double nccl_gbs = slowest(host, -dispatch_bytes / (nccl_s * 1e9)) * -1;
   if (me == 0) {
-    const std::string path =
-        c.path == "nccl" ? c.path
-                         : fmt::format("{}/{}", c.path, combine_kind_name(layer.options().combine));
     std::printf(
-        "%-14s %6lld %-7s | %8.1f %7.1f | %8.1f %7.1f | %9.1f %9.1f %11s | %8.1f %7.1f | "
+        "%-14s %6lld %-4s | %8.1f %7.1f | %8.1f %7.1f | %9.1f %9.1f %11s | %8.1f %7.1f | "
         "%5.0f%% %5.0f%% | %5.0f%%\n",
-        c.model.c_str(), static_cast<long long>(M), path.c_str(), d_us, d_gbs, c_us, c_gbs, x_us,
+        c.model.c_str(), static_cast<long long>(M), c.path.c_str(), d_us, d_gbs, c_us, c_gbs, x_us,
         s_us, graph_step.empty() ? "-" : fmt::format("{:.1f}", g_us).c_str(), nccl_s * 1e6,
         nccl_gbs, 100 * d_gbs / (peer_bandwidth / 1e9), 100 * c_gbs / (peer_bandwidth / 1e9),
         100 * d_gbs / std::max(nccl_gbs, 1e-9));
@@ -360,7 +351,6 @@ int run(int argc, char** argv) {
   std::vector<int64_t> tokens = {128, 4096};
   std::vector<std::string> models = {"qwen3-30b-a3b", "deepseek-v3"};
   std::vector<std::string> paths = {"ll", "ht", "nccl"};
-  std::vector<CombineKind> combines = {CombineKind::kAuto};
   int iterations = 20;
   int free_sms = 16;
   bool start_on_gpus = true;
@@ -375,9 +365,6 @@ int run(int argc, char** argv) {
       models = split(value);
     } else if (flag == "--paths") {
       paths = split(value);
-    } else if (flag == "--combine") {
-      combines.clear();
-      for (const std::string& kind : split(value)) combines.push_back(parse_combine_kind(kind));
     } else if (flag == "--free-sms") {
       free_sms = std::max(0, std::atoi(value.c_str()));
     } else if (flag == "--start") {
@@ -387,8 +374,8 @@ int run(int argc, char** argv) {
       start_on_gpus = value == "gpu";
     } else {
       fail(
-          "moe_bench_cuda_ep: unknown flag '{}' (--tokens, --iterations, --paths, --combine, "
-          "--models, --free-sms, --start)",
+          "moe_bench_cuda_ep: unknown flag '{}' (--tokens, --iterations, --paths, --models, "
+          "--free-sms, --start)",
           flag);
     }
   }
@@ -415,21 +402,15 @@ int run(int argc, char** argv) {
         "steps start at a %s\n",
         N, peer / 1e9, start.name());
     std::printf(
-        "model          tokens path    | dispatch    GB/s |  combine    GB/s |   experts      step "
+        "model          tokens path | dispatch    GB/s |  combine    GB/s |   experts      step "
         "graph d+x+c | nccl a2a    GB/s | disp%% comb%% | disp\n"
-        "                 /rank        |       us   /GPU  |       us   /GPU  |        us "
-        "       us          us |       us   /GPU  | of peer copy | /a2a\n");
+        "                 /rank     |       us   /GPU  |       us   /GPU  |        us        us "
+        "         us |       us   /GPU  | of peer copy | /a2a\n");
   }
   for (const std::string& model : models) {
     for (int64_t t : tokens) {
       for (const std::string& p : paths) {
-        if (p == "nccl") {
-          run_case(*host, *nccl, start, {model, t, p}, iterations, peer, free_sms);
-          continue;
-        }
-        for (CombineKind kind : combines) {
-          run_case(*host, *nccl, start, {model, t, p, kind}, iterations, peer, free_sms);
-        }
+        run_case(*host, *nccl, start, {model, t, p}, iterations, peer, free_sms);
       }
     }
   }

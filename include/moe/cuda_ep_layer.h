@@ -12,18 +12,19 @@
 //             this rank's expert map: the result is one partial row per (token, serving rank),
 //             the sum of that token's pairs served here in ascending j
 //   combine   each partial row back to its source, which adds them in ascending rank order;
-//             peer to peer either pushed by the serving rank or pulled by the source (CombineKind)
+//             peer to peer the source reads them from the serving ranks' buffers in place
 //   shared    where the config has shared experts (DeepSeek-V3, Qwen2-MoE): their MLP on this
 //             rank's own tokens, added to the combined rows (every rank holds the shared weights,
 //             as the CPU EpMoeLayer does)
 //
 // Two data paths, after DeepEP's two modes:
-//   low-latency      (decode) peer-to-peer writes over NVLink into buffers allocated once per rank
-//                    for `low_latency_capacity` rows per (source, destination) and mapped by every
-//                    peer through CUDA IPC; counts published with flags that carry a step number,
-//                    waited for on the GPU. No host synchronization: the step can be captured in a
-//                    CUDA graph. Overflow of the capacity and peers that stop answering are
-//                    reported after the step with counts, never dropped or hung on.
+//   low-latency      (decode) peer-to-peer writes (dispatch) and reads (combine) over NVLink in
+//                    buffers allocated once per rank for `low_latency_capacity` rows per (source,
+//                    destination) and mapped by every peer through CUDA IPC; counts published
+//                    with flags that carry a step number, waited for on the GPU. No host
+//                    synchronization: the step can be captured in a CUDA graph. Overflow of the
+//                    capacity and peers that stop answering are reported after the step with
+//                    counts, never dropped or hung on.
 //   high-throughput  (prefill) on one host whose GPUs all reach each other peer to peer: the
 //                    same peer-to-peer kernels, the buffers grown collectively to the most tokens
 //                    a rank has in a step (the ranks all-gather their token counts on the host,
@@ -40,7 +41,6 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
-#include <string>
 #include <utility>
 #include <vector>
 
@@ -53,21 +53,6 @@
 
 namespace moe {
 
-// How the peer-to-peer paths (low-latency, and high-throughput on a P2P host) bring the experts'
-// partial rows back to their sources; the path over NCCL has one way (an all-to-all). A collective
-// choice: every rank must resolve to the same (checked at construction).
-enum class CombineKind : uint8_t {
-  kAuto,  // MOE_EP_COMBINE (push or pull) where set, else kPush (measured on GPUs; pull is not yet)
-  kPush,  // the serving rank writes each partial row into its source's buffer, then a flag
-  kPull,  // the serving rank publishes a flag; the source reads the rows from the server's buffer
-};
-
-const char* combine_kind_name(CombineKind kind);          // "auto" | "push" | "pull"
-CombineKind parse_combine_kind(const std::string& name);  // throws moe::Error on others
-// kPush or kPull: `requested` itself, or for kAuto MOE_EP_COMBINE's (throws moe::Error naming
-// the variable on a value other than push, pull or auto), else kPush.
-CombineKind resolve_combine_kind(CombineKind requested);
-
 struct CudaEpOptions {
   DispatcherKind dispatcher = DispatcherKind::kLowLatency;  // moe/ep_layer.h
   // Low-latency: the most token rows one rank sends another per step. A rank never sends one
@@ -78,9 +63,6 @@ struct CudaEpOptions {
   // High-throughput: NCCL even where every GPU reaches every other peer to peer (tests, and
   // comparing the two transports).
   bool high_throughput_over_nccl = false;
-  // Peer-to-peer paths: push or pull the partial rows (above). The layer's options() hold the
-  // resolved kind.
-  CombineKind combine = CombineKind::kAuto;
   int64_t block_m = 0;  // experts' rows per block; 0 = the CUDA backend's choice
   // Two-batch overlap: a second stream with its own data-path buffers (flags, step numbers,
   // IPC mappings) and experts' workspace, for forward_two_batch and friends. A collective
@@ -185,7 +167,7 @@ class CudaEpLayer {
   void* stream() const;  // the cudaStream_t every stage runs on
   const MoeConfig& config() const { return config_; }
   const ExpertMap& expert_map() const;
-  const CudaEpOptions& options() const { return options_; }  // combine resolved (not kAuto)
+  const CudaEpOptions& options() const { return options_; }
   const CudaEpStats& last_stats() const;
 
  private:

@@ -247,7 +247,6 @@ CudaEpLayer::CudaEpLayer(MoeConfig config, CudaEpOptions options, std::unique_pt
 CudaEpLayer::CudaEpLayer(MoeConfig config, const LayerWeights& w, ExpertMap map, Communicator& host,
                          Communicator* device, CudaEpOptions options)
     : config_(std::move(config)), options_(options) {
-  options_.combine = resolve_combine_kind(options_.combine);
   check_config(config_, map, host, options_);
   const int64_t E = config_.routing.num_experts, H = config_.experts.hidden_size;
   const int64_t I = config_.experts.intermediate_size;
@@ -287,7 +286,6 @@ CudaEpLayer::CudaEpLayer(MoeConfig config, const LayerWeights& w, ExpertMap map,
 
 CudaEpLayer CudaEpLayer::synthetic(MoeConfig config, ExpertMap map, Communicator& host,
                                    Communicator* device, CudaEpOptions options, uint64_t seed) {
-  options.combine = resolve_combine_kind(options.combine);
   check_config(config, map, host, options);
   const int64_t E = config.routing.num_experts, H = config.experts.hidden_size;
   const int64_t I = config.experts.intermediate_size;
@@ -383,12 +381,11 @@ void CudaEpLayer::State::connect(const MoeConfig& config, const CudaEpOptions& o
     Lane& lane = s.lanes[static_cast<size_t>(l)];
     check(cudaStreamCreateWithFlags(&lane.stream, cudaStreamNonBlocking), "cudaStreamCreate");
     if (s.shared.defined()) lane.shared.emplace();
-    const bool pull = options.combine == CombineKind::kPull;
     if (options.dispatcher == DispatcherKind::kLowLatency) {
-      lane.path = cuda::ep::make_low_latency_path(s.host, shape, options.low_latency_capacity,
-                                                  timeout_ns, pull);
+      lane.path =
+          cuda::ep::make_low_latency_path(s.host, shape, options.low_latency_capacity, timeout_ns);
     } else if (peer_high_throughput) {
-      lane.path = cuda::ep::make_peer_high_throughput_path(s.host, shape, timeout_ns, pull);
+      lane.path = cuda::ep::make_peer_high_throughput_path(s.host, shape, timeout_ns);
     } else {
       lane.path = cuda::ep::make_high_throughput_path(s.host, *device_comm, shape);
     }

@@ -104,19 +104,17 @@ class DataPath {
   virtual std::vector<int64_t> rows_received(cudaStream_t stream) const = 0;
 };
 
-// Peer-to-peer over CUDA IPC; `host` bootstraps the buffers (a collective). pull_combine: the
-// sources read the partial rows from the serving ranks' buffers (combine_publish, combine_pull)
-// instead of the serving ranks writing them into the sources' (combine_send, combine_sum); every
-// rank must pass the same (checked, collectively).
+// Peer-to-peer over CUDA IPC; `host` bootstraps the buffers (a collective). The experts leave
+// their partial rows in this rank's IPC-mapped buffer and each source reads its own from every
+// rank's in place (combine_sum, which also raises this rank's flags).
 std::unique_ptr<DataPath> make_low_latency_path(Communicator& host, const PathShape& shape,
-                                                int64_t capacity, uint64_t timeout_ns,
-                                                bool pull_combine);
+                                                int64_t capacity, uint64_t timeout_ns);
 // The high-throughput path where ipc_reachable(host): the same peer-to-peer kernels, the
 // buffers sized (collectively, before a step) for the most tokens any rank has, so rows land
 // where the experts read them and counts travel in the flags, without staging or a host
 // synchronization.
 std::unique_ptr<DataPath> make_peer_high_throughput_path(Communicator& host, const PathShape& shape,
-                                                         uint64_t timeout_ns, bool pull_combine);
+                                                         uint64_t timeout_ns);
 // Counts through `host`, rows through `device` (NCCL): across hosts, or where GPUs cannot reach
 // each other peer to peer.
 std::unique_ptr<DataPath> make_high_throughput_path(Communicator& host, Communicator& device,

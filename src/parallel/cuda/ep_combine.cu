@@ -1,12 +1,37 @@
-// Combine on the GPU: combine_send returns each received row's partial result into its source's
-// buffer (peer to peer, through CUDA IPC) and publishes the count; combine_sum adds, for every
-// token, the partial rows the ranks returned, in ascending rank order (deterministic), after
-// waiting for their flags when they came peer to peer. See ep_kernels.h; the ordering argument
-// of the publish (one system fence per block after its barrier) is the one in ep_dispatch.cu.
+// Combine on the GPU: each rank's experts leave their partial rows (one per token and serving
+// rank) where moe_sum wrote them, and the token's source adds them in ascending rank order
+// (deterministic). Peer to peer the partial rows stay in the serving rank's IPC-mapped buffer:
+// the first block of combine_sum to run raises one flag per source, and every block waits for
+// every rank's flag, then reads the rows in place (over NVLink for peers). Over NCCL the peers'
+// rows came back by an all-to-all the host waited for: combine_sum adds them without flags. See
+// ep_kernels.h.
 //
-// Both kernels give each warp one segment of a row (32 lanes x their loads in flight of 16 bytes:
-// 4 KiB to send, 2 KiB to add), so a long row (DeepSeek-V3's 14 KiB) spreads over several warps
-// and a decode step's few rows still keep many warps busy; about kBlocksPerSm small blocks per SM.
+// NOTE: memory ordering and buffer reuse, peer to peer (docs/parallel-cuda.md, "Combine: ordering
+// and reuse without resets").
+//   Publish. combine_sum follows the experts in stream order, so moe_sum's stores of the partial
+//   rows are complete when it starts; thread 0 of its first block to run runs fence.sc.sys, then
+//   stores each source's flag {step, count | overflow bit} with st.release.sys. In combine_sum,
+//   thread d of every block reads rank d's flag with ld.acquire.sys until it carries this step,
+//   and the block's loads of rank d's rows follow a __syncthreads (bar.sync orders them after the
+//   acquire in causality order). The loads are coherent ld.global, not __ldg: the kernel starts
+//   before the flags come, while the peer may still be writing the rows.
+//   Reuse of the partial rows. A serving rank rewrites them (and anything else its experts touch)
+//   only in its experts of step s + 1, which start after the last block of its dispatch_send of
+//   s + 1 acquired every source's dispatch flag of s + 1. A source releases that flag at the end
+//   of its dispatch_send of s + 1, queued on its stream after its combine_sum of s: every load of
+//   step s had returned its value before that kernel ended. So each read of step s happens before
+//   any write of step s + 1 to those rows, for every pair of ranks, because every rank runs every
+//   stage every step: a rank without tokens still publishes counts of 0 and waits in
+//   dispatch_send (its one block), and launches one block of combine_sum that publishes its
+//   combine flags and waits for every flag.
+//   Reuse of the dispatch rows. A source writes step s + 1 into a serving rank's dispatch region
+//   only after its combine_sum of s saw that rank's combine flag, published after its experts of
+//   s (the last readers of those rows and ids).
+//
+// Work split: one warp per segment of a token's row (32 lanes x kUnroll 16-byte vectors: 2 KiB),
+// so a long row (DeepSeek-V3's 14 KiB) spreads over several warps and a decode step's few rows
+// still keep many warps busy; kRanksInFlight ranks' loads issued before any is added (what keeps
+// enough remote loads in flight over NVLink); about kBlocksPerSm small blocks per SM.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -23,108 +48,98 @@ constexpr int kWarp = 32;
 constexpr int kThreads = 128;
 constexpr int kWarps = kThreads / kWarp;
 constexpr int kBlocksPerSm = 4;
-constexpr int kSendUnroll = 8;  // 16-byte loads in flight per lane: a segment of 2048 bf16
-constexpr int kSumUnroll = 4;   // vectors per lane, times N loads each: a segment of 1024 bf16
-constexpr int64_t kSendSegment = int64_t{kWarp} * kSendUnroll;  // 16-byte vectors per warp item
-constexpr int64_t kSumSegment = int64_t{kWarp} * kSumUnroll;
+constexpr int kUnroll = 4;         // 16-byte vectors per lane and rank: a segment of 1024 bf16
+constexpr int kRanksInFlight = 2;  // ranks whose loads are in flight together (8 per lane)
+constexpr int64_t kSegment = int64_t{kWarp} * kUnroll;  // 16-byte vectors per warp item
+static_assert(kMaxRanks <= kThreads, "thread d of each block waits for rank d's flag");
 
-__host__ __device__ int64_t segments_of(int64_t hidden_size, int64_t segment) {
-  return (hidden_size / 8 + segment - 1) / segment;
+__host__ __device__ int64_t segments_of(int64_t hidden_size) {
+  return (hidden_size / 8 + kSegment - 1) / kSegment;
 }
 
-__device__ void publish_counts(const CombineSendArgs& a) {
-  __threadfence_system();
+// This rank's flags of this step, once: by the first block of combine_sum to run (a kernel of its
+// own would put one more launch on every step's critical path; the first block to run, rather
+// than block 0, so that no waiting block depends on a block not yet scheduled). The experts'
+// stores precede the kernel in stream order; the fence makes them visible at system scope before
+// any flag.
+__device__ void publish_once(const CombineSumArgs& a) {
+  const CombinePublishArgs& p = a.publish;
   const uint32_t step = *a.step;
+  if (atomicExch(p.published_step, step) == step) return;
+  __threadfence_system();
   // An overflow seen here travels with every count, so every rank fails this step.
   const uint32_t overflow = (a.status->bits & kStatusOverflow) != 0 ? kOverflowSeenBit : 0;
   for (int s = 0; s < a.num_ranks; ++s) {
-    const uint32_t count = static_cast<uint32_t>(a.received_counts[s]) | overflow;
-    store_release_sys(a.dest_flags[s], make_flag(step, count));
-  }
-  *a.blocks_done = 0;
-}
-
-__global__ void __launch_bounds__(kThreads) combine_send_kernel(CombineSendArgs a) {
-  const int64_t vectors = a.hidden_size / 8;
-  const int64_t segments = segments_of(a.hidden_size, kSendSegment);
-  const int64_t items = a.num_ranks * a.capacity * segments;
-  const int lane = static_cast<int>(threadIdx.x) % kWarp;
-  const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarps;
-  for (int64_t w = blockIdx.x * int64_t{kWarps} + threadIdx.x / kWarp; w < items; w += warps) {
-    const int64_t r = w / segments;
-    const int s = static_cast<int>(r / a.capacity);
-    const int64_t i = r % a.capacity;
-    if (i >= a.received_counts[s]) continue;
-    const auto* source = static_cast<const uint4*>(a.partial) + r * vectors;
-    uint4* destination = static_cast<uint4*>(a.dest_rows[s]) + i * vectors;
-    const int64_t base = w % segments * kSendSegment + lane;
-    uint4 values[kSendUnroll];
-#pragma unroll
-    for (int u = 0; u < kSendUnroll; ++u) {
-      const int64_t v = base + u * kWarp;
-      if (v < vectors) values[u] = __ldg(source + v);
-    }
-#pragma unroll
-    for (int u = 0; u < kSendUnroll; ++u) {
-      const int64_t v = base + u * kWarp;
-      if (v < vectors) destination[v] = values[u];
-    }
-  }
-  // One system fence per block, after the barrier (the NOTE in ep_dispatch.cu).
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    __threadfence_system();
-    if (atomicAdd(a.blocks_done, 1u) == gridDim.x - 1) publish_counts(a);
+    const uint32_t count = static_cast<uint32_t>(p.received_counts[s]) | overflow;
+    store_release_sys(p.dest_flags[s], make_flag(step, count));
   }
 }
 
-// Every block waits for every rank's flag itself (one thread per rank), so its own reads of the
-// rows are ordered after an acquire (then __syncthreads).
-__device__ void wait_for_combine(const CombineSumArgs& a) {
-  if (threadIdx.x >= a.num_ranks) return;
-  const int d = static_cast<int>(threadIdx.x);
-  wait_for_combine_flag(&a.flags[d], d, *a.step, a.timeout_ns, a.status);
+// Whether this block may read rank d's rows: without flags always; with flags once it saw d's
+// flag of this step. A rank whose flag did not come is never read (it may be dead, its buffer
+// gone); after a dispatch wait timed out the step has failed (a peer is in an unknown step): no
+// rank is waited for or read.
+__device__ bool rank_arrived(const CombineSumArgs& a, int d) {
+  if (a.flags == nullptr) return true;
+  return (a.status->bits & kStatusDispatchTimeout) == 0 &&
+         wait_for_combine_flag(&a.flags[d], d, *a.step, a.timeout_ns, a.status);
 }
 
 __global__ void __launch_bounds__(kThreads) combine_sum_kernel(CombineSumArgs a) {
-  // After a dispatch wait timed out the step has failed (a peer is in an unknown step): waiting
-  // for its combine flag too would only double the time to the error.
-  if (a.flags != nullptr && (a.status->bits & kStatusDispatchTimeout) == 0) wait_for_combine(a);
-  __syncthreads();
+  __shared__ bool arrived[kMaxRanks];
   const int N = a.num_ranks;
+  if (threadIdx.x == 0 && a.publish.published_step != nullptr) publish_once(a);
+  if (threadIdx.x < N) {
+    const int d = static_cast<int>(threadIdx.x);
+    arrived[d] = rank_arrived(a, d);
+  }
+  __syncthreads();
   const int64_t vectors = a.hidden_size / 8;
-  const int64_t segments = segments_of(a.hidden_size, kSumSegment);
+  const int64_t segments = segments_of(a.hidden_size);
   const int64_t items = a.num_tokens * segments;
   const int lane = static_cast<int>(threadIdx.x) % kWarp;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarps;
   auto* out = static_cast<uint4*>(a.out);
   for (int64_t w = blockIdx.x * int64_t{kWarps} + threadIdx.x / kWarp; w < items; w += warps) {
     const int64_t t = w / segments;
-    const int64_t base = w % segments * kSumSegment + lane;
-    float sum[kSumUnroll][8] = {};
-    // Ranks in ascending order (the deterministic sum); each rank's kSumUnroll loads are in
-    // flight together.
-    for (int d = 0; d < N; ++d) {
-      const int32_t slot = a.slot_of[t * N + d];
-      if (slot < 0) continue;
-      const auto* row = static_cast<const uint4*>(a.rows[d]) + int64_t{slot} * vectors;
-      uint4 loaded[kSumUnroll];
+    const int64_t base = w % segments * kSegment + lane;
+    float sum[kUnroll][8] = {};
+    // Ranks in ascending order (the deterministic sum), kRanksInFlight at a time: all their
+    // loads are issued before the first is added.
+    for (int d0 = 0; d0 < N; d0 += kRanksInFlight) {
+      const uint4* rows[kRanksInFlight];
 #pragma unroll
-      for (int u = 0; u < kSumUnroll; ++u) {
-        const int64_t v = base + u * kWarp;
-        if (v < vectors) loaded[u] = load_coherent(row + v);
+      for (int r = 0; r < kRanksInFlight; ++r) {
+        const int d = d0 + r;
+        const int32_t slot = d < N && arrived[d] ? a.slot_of[t * N + d] : -1;
+        rows[r] =
+            slot >= 0 ? static_cast<const uint4*>(a.rows[d]) + int64_t{slot} * vectors : nullptr;
+      }
+      uint4 loaded[kRanksInFlight][kUnroll];
+#pragma unroll
+      for (int r = 0; r < kRanksInFlight; ++r) {
+        if (rows[r] == nullptr) continue;
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+          const int64_t v = base + u * kWarp;
+          if (v < vectors) loaded[r][u] = load_coherent(rows[r] + v);
+        }
       }
 #pragma unroll
-      for (int u = 0; u < kSumUnroll; ++u) {
-        if (base + u * kWarp >= vectors) continue;
-        float values[8];
-        bf16x8_to_float(loaded[u], values);
+      for (int r = 0; r < kRanksInFlight; ++r) {
+        if (rows[r] == nullptr) continue;
 #pragma unroll
-        for (int e = 0; e < 8; ++e) sum[u][e] += values[e];
+        for (int u = 0; u < kUnroll; ++u) {
+          if (base + u * kWarp >= vectors) continue;
+          float values[8];
+          bf16x8_to_float(loaded[r][u], values);
+#pragma unroll
+          for (int e = 0; e < 8; ++e) sum[u][e] += values[e];
+        }
       }
     }
 #pragma unroll
-    for (int u = 0; u < kSumUnroll; ++u) {
+    for (int u = 0; u < kUnroll; ++u) {
       const int64_t v = base + u * kWarp;
       if (v >= vectors) continue;
       alignas(16) __nv_bfloat16 packed[8];
@@ -133,16 +148,6 @@ __global__ void __launch_bounds__(kThreads) combine_sum_kernel(CombineSumArgs a)
       out[t * vectors + v] = *reinterpret_cast<const uint4*>(packed);
     }
   }
-}
-
-// Blocks of kWarps items each, about kBlocksPerSm per SM (blocks loop past that); at least one.
-int64_t grid_for(int64_t items) {
-  int device = 0, sms = 0;
-  check(cudaGetDevice(&device), "cudaGetDevice");
-  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
-        "cudaDeviceGetAttribute (SMs)");
-  const int64_t target = int64_t{kBlocksPerSm} * std::max(sms, 1);
-  return std::clamp<int64_t>((items + kWarps - 1) / kWarps, 1, target);
 }
 
 __global__ void hold_kernel(uint64_t nanoseconds) {
@@ -158,17 +163,17 @@ void hold_stream(int64_t microseconds, cudaStream_t stream) {
   check_launch("ep::hold_stream");
 }
 
-void combine_send(const CombineSendArgs& args, cudaStream_t stream) {
-  const int64_t blocks =
-      grid_for(args.num_ranks * args.capacity * segments_of(args.hidden_size, kSendSegment));
-  combine_send_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(args);
-  check_launch("ep::combine_send");
-}
-
 void combine_sum(const CombineSumArgs& args, cudaStream_t stream) {
-  // With no tokens, one block still waits for the flags: buffers are reused next step only once
-  // every peer has answered this one.
-  const int64_t blocks = grid_for(args.num_tokens * segments_of(args.hidden_size, kSumSegment));
+  // Blocks of kWarps items, about kBlocksPerSm per SM (blocks loop past that). With no tokens,
+  // one block still waits for every flag: peers reuse their buffers next step only once every
+  // rank has answered this one (the NOTE above).
+  int device = 0, sms = 0;
+  check(cudaGetDevice(&device), "cudaGetDevice");
+  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
+        "cudaDeviceGetAttribute (SMs)");
+  const int64_t items = args.num_tokens * segments_of(args.hidden_size);
+  const int64_t blocks = std::clamp<int64_t>((items + kWarps - 1) / kWarps, 1,
+                                             int64_t{kBlocksPerSm} * std::max(sms, 1));
   combine_sum_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(args);
   check_launch("ep::combine_sum");
 }

@@ -12,17 +12,12 @@
 //                   of this step and masks the ids of the slots past each count (-1), so the
 //                   experts read the whole [sources * capacity] layout in place and skip empty
 //                   slots (no kernel of its own: one launch fewer on the step's critical path).
-//   combine_send    (peer to peer) each received row's partial result (the sum of its pairs
-//                   served here) back into the source's buffer, then the count with a release.
-//   combine_sum     (optionally waiting for every rank's combine flag) out[t] = sum over ranks d
-//                   ascending of the partial row d returned for token t, in f32.
-//
-// The pull combine (peer to peer, CombineKind::kPull; ep_combine_pull.cu) replaces the last two:
-//   combine_publish (on the serving rank, after its experts) one flag per source: the partial
-//                   rows for it are complete in this rank's IPC-mapped buffer.
-//   combine_pull    waits for every rank's flag, then out[t] = sum over ranks d ascending of the
-//                   partial row that rank d holds for token t, read from d's buffer in place.
-// Both sums add in the same order and round alike, so the two combines give the same bits.
+//   combine_sum     out[t] = sum over ranks d ascending of the partial row rank d holds for token
+//                   t, in f32, rounded to bf16 once. Peer to peer it first publishes this
+//                   rank's flags, one per source (the partial rows for it, the sum of its pairs
+//                   served here, are complete in this rank's IPC-mapped buffer), then waits for
+//                   every rank's flag and reads each rank's rows in place (a peer's over
+//                   NVLink); over NCCL the rows are local and there are no flags.
 //
 // Step numbers live in device memory (the last block of dispatch_send advances them), so a
 // captured CUDA graph replays correct flags. Waits are bounded (timeout_ns); a timeout or an
@@ -74,67 +69,36 @@ struct DispatchSendArgs {
   DispatchWaitArgs wait;
 };
 
-struct CombineSendArgs {
-  const void* partial = nullptr;  // bf16 [N * capacity, H]: row s * capacity + i answers (s, i)
-  const int32_t* received_counts = nullptr;  // [N]
-  int64_t hidden_size = 0;
-  int64_t capacity = 0;
-  int num_ranks = 0;
-  const uint32_t* step = nullptr;
-  void* dest_rows[kMaxRanks] = {};       // bf16 [capacity, H] at source s, for this rank's rows
-  uint64_t* dest_flags[kMaxRanks] = {};  // the flag word for this rank at s
-  uint32_t* blocks_done = nullptr;       // zero on entry; the last block zeroes it again
-  const Status* status = nullptr;        // read: an overflow seen here is passed on in the flags
+// The serving rank's combine flags (peer to peer), raised by the first block of its combine_sum
+// to run.
+struct CombinePublishArgs {
+  uint64_t* dest_flags[kMaxRanks] = {};      // the flag word for this rank at source s
+  const int32_t* received_counts = nullptr;  // [N]: rows from each source in this step
+  // The step whose flags this rank last published: the block that swaps this step in publishes.
+  uint32_t* published_step = nullptr;
 };
 
 struct CombineSumArgs {
-  // Rank d's partial rows: the one for token t is row slot_of[t, d] of rows[d], bf16 [*, H].
+  // Rank d's partial rows for this rank's tokens (peer to peer a peer's through its IPC mapping):
+  // the one for token t is row slot_of[t, d] of rows[d], bf16 [*, H].
   const void* rows[kMaxRanks] = {};
   const int32_t* slot_of = nullptr;  // [M, N]
   int64_t num_tokens = 0;
   int64_t hidden_size = 0;
   int num_ranks = 0;
   void* out = nullptr;  // bf16 [M, H]
-  // Low-latency: wait for every rank's combine flag of this step first (unless a dispatch wait
-  // timed out: the step has failed). Null: no wait (the rows came through NCCL, already complete).
+  // Peer to peer: every rank's combine flag of this step is waited for first (no wait
+  // when a dispatch wait timed out: the step has failed), and a rank whose flag did not come is
+  // not read. Null: no wait, every rank read (over NCCL: the rows are local and complete).
   const uint64_t* flags = nullptr;  // [N] local
   const uint32_t* step = nullptr;
   uint64_t timeout_ns = 0;
   Status* status = nullptr;
-};
-
-// Pull combine: the serving rank's flags.
-struct CombinePublishArgs {
-  const int32_t* received_counts = nullptr;  // [N]: rows from each source in this step
-  int num_ranks = 0;
-  const uint32_t* step = nullptr;
-  uint64_t* dest_flags[kMaxRanks] = {};  // the flag word for this rank at source s
-  const Status* status = nullptr;        // read: an overflow seen here is passed on in the flags
-};
-
-// Pull combine: the source's sum, reading each rank's partial rows where its experts wrote them.
-struct CombinePullArgs {
-  // Rank d's partial rows for this rank's tokens (a peer's through its IPC mapping): the one for
-  // token t is row slot_of[t, d] of rows[d], bf16 [capacity, H].
-  const void* rows[kMaxRanks] = {};
-  const int32_t* slot_of = nullptr;  // [M, N]
-  int64_t num_tokens = 0;
-  int64_t hidden_size = 0;
-  int num_ranks = 0;
-  void* out = nullptr;  // bf16 [M, H]
-  // Every rank's combine_publish flag of this step is waited for first (no wait when a dispatch
-  // wait timed out: the step has failed); a rank whose flag did not come is not read.
-  const uint64_t* flags = nullptr;  // [N] local
-  const uint32_t* step = nullptr;
-  uint64_t timeout_ns = 0;
-  Status* status = nullptr;
+  CombinePublishArgs publish;  // peer to peer; unused over NCCL (null flags)
 };
 
 void dispatch_send(const DispatchSendArgs& args, cudaStream_t stream);
-void combine_send(const CombineSendArgs& args, cudaStream_t stream);
 void combine_sum(const CombineSumArgs& args, cudaStream_t stream);
-void combine_publish(const CombinePublishArgs& args, cudaStream_t stream);
-void combine_pull(const CombinePullArgs& args, cudaStream_t stream);
 
 // Keeps the stream busy for `microseconds` (a spin on the global timer), so the host queues the
 // next stages before the GPU reaches them: benchmarks of microsecond stages then time the GPU,

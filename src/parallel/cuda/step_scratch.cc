@@ -30,8 +30,10 @@ int32_t* word(const DeviceBuffer& buffer, size_t index) {
 uint32_t* StepScratch::dispatch_done() const {
   return reinterpret_cast<uint32_t*>(word(fixed_, 0));
 }
-uint32_t* StepScratch::combine_done() const { return reinterpret_cast<uint32_t*>(word(fixed_, 1)); }
-uint32_t* StepScratch::step() const { return reinterpret_cast<uint32_t*>(word(fixed_, 2)); }
+uint32_t* StepScratch::step() const { return reinterpret_cast<uint32_t*>(word(fixed_, 1)); }
+uint32_t* StepScratch::combine_published() const {
+  return reinterpret_cast<uint32_t*>(word(fixed_, 2));
+}
 int32_t* StepScratch::send_counters() const { return word(fixed_, 3); }
 int32_t* StepScratch::sent_counts() const { return word(fixed_, 3 + kMaxRanks); }
 int32_t* StepScratch::received_counts() const { return word(fixed_, 3 + 2 * kMaxRanks); }

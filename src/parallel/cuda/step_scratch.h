@@ -1,6 +1,6 @@
 // The local device memory one expert-parallel data path needs next to its buffers: the counters
-// of dispatch_send and combine_send, the step number, counts and the status, in one zeroed
-// allocation; and the token -> slot table, grown to the largest batch.
+// of dispatch_send, the step number, counts and the status, in one zeroed allocation; and the
+// token -> slot table, grown to the largest batch.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -19,10 +19,10 @@ class StepScratch {
 
   int32_t* send_counters() const;   // [N]
   uint32_t* dispatch_done() const;  // blocks of dispatch_send finished
-  uint32_t* combine_done() const;   // blocks of combine_send finished
   uint32_t* step() const;
-  int32_t* sent_counts() const;      // [N]
-  int32_t* received_counts() const;  // [N]
+  uint32_t* combine_published() const;  // the step whose combine flags this rank last published
+  int32_t* sent_counts() const;         // [N]
+  int32_t* received_counts() const;     // [N]
   Status* status() const;
   int32_t* slot_of(int64_t num_tokens);  // [M, N], grown (allocates only when M grows)
 

@@ -22,14 +22,13 @@
 //   ht_nccl      before   the row counts' exchange through MPI: "failed in dispatch: ... with
 //                         ranks [V]"
 //
-// The combine is the layer's default (CombineKind::kAuto: MOE_EP_COMBINE, else push), named in
-// the verdict; with the pull combine the survivor never reads the victim's buffer once its flag
-// did not come. The layer's timeout bounds the waits on the GPU, the communicators' timeouts (set
-// to the same TIMEOUT_MS once the layer is built) those in MPI and NCCL. Each survivor prints
-// "rank R: PASS ..." or "rank R: FAIL ...", waits a moment for the others to print, and ends the
-// job with MPI_Abort: after a timeout a peer is in an unknown step, and the layer's destructor is a
-// collective the victim can no longer join. Exits 77 on every rank (skipped) without two ranks
-// that each have a GPU.
+// Peer to peer the survivor never reads the victim's buffer once its combine flag did not come
+// (it still publishes its own flag there). The layer's timeout bounds the waits on the GPU, the
+// communicators' timeouts (set to the same TIMEOUT_MS once the layer is built) those in MPI and
+// NCCL. Each survivor prints "rank R: PASS ..." or "rank R: FAIL ...", waits a moment for the
+// others to print, and ends the job with MPI_Abort: after a timeout a peer is in an unknown step,
+// and the layer's destructor is a collective the victim can no longer join. Exits 77 on every
+// rank (skipped) without two ranks that each have a GPU.
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -165,11 +164,9 @@ int run(MpiSession& session, int victim, int timeout_ms, const FaultCase& c) {
   // One wait of at most the timeout; what runs around it takes milliseconds here.
   const bool in_time = ms < timeout_ms + 3000;
   const bool pass = named && in_time;
-  std::printf(
-      "rank %d: %s after %.0f ms (%s, %s combine, victim exits %s dispatch, timeout %d ms): %s\n",
-      me, pass ? "PASS" : "FAIL", ms, c.path.c_str(), combine_kind_name(layer.options().combine),
-      c.before_dispatch ? "before" : "after", timeout_ms,
-      error.empty() ? "no error" : error.c_str());
+  std::printf("rank %d: %s after %.0f ms (%s, victim exits %s dispatch, timeout %d ms): %s\n", me,
+              pass ? "PASS" : "FAIL", ms, c.path.c_str(), c.before_dispatch ? "before" : "after",
+              timeout_ms, error.empty() ? "no error" : error.c_str());
   std::fflush(stdout);
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));
   session.abort(pass ? 0 : 1);

@@ -1,6 +1,5 @@
 // CudaEpLayer under mpirun (one process per GPU) against the single-GPU CUDA layer with the same
-// weights and tokens: both data paths (the high-throughput one peer to peer and over NCCL; peer
-// to peer with the pull combine, the default, and the push one, which give the same bits),
+// weights and tokens: both data paths (the high-throughput one peer to peer and over NCCL),
 // high-throughput batches larger than any before, ranks without tokens, experts without pairs,
 // every token to one rank, replicas of experts on both ranks (also with every token on the
 // replicated experts), the GPU's replica choice against the CPU path's, overflow of the
@@ -156,13 +155,11 @@ ExpertMap replicated_map(int64_t E, int N) {
   return ExpertMap(std::move(experts), std::move(ranks), E, N);
 }
 
-// A data path: the dispatcher, for the high-throughput one whether it goes through NCCL although
-// both GPUs reach each other peer to peer (both transports stay tested), and peer to peer how
-// the partial rows come back.
+// A data path: the dispatcher, and for the high-throughput one whether it goes through NCCL
+// although both GPUs reach each other peer to peer (both transports stay tested).
 struct PathChoice {
   DispatcherKind dispatcher;
   bool over_nccl;
-  CombineKind combine;
 };
 
 class CudaEp : public ::testing::TestWithParam<PathChoice> {
@@ -179,7 +176,6 @@ class CudaEp : public ::testing::TestWithParam<PathChoice> {
     options.overlap_free_multiprocessors = two_batch ? 8 : 0;
     options.dispatcher = GetParam().dispatcher;
     options.high_throughput_over_nccl = GetParam().over_nccl;
-    options.combine = GetParam().combine;
     options.low_latency_capacity = capacity;
     options.timeout = std::chrono::seconds(10);
     CudaEpLayer layer(config, local_layer_weights(full, map, me), map, host, &testing::nccl_world(),
@@ -500,45 +496,41 @@ TEST(CudaEpReplicaChoice, MatchesTheCpuRule) {
 }
 
 // The overflow travels in the dispatch counts and, to the ranks that did not see it, in the
-// combine flags: both combines.
+// combine flags.
 TEST(CudaEpLowLatency, OverflowFailsEveryRankWithTheCountsThenTheNextStepRuns) {
-  for (CombineKind combine : {CombineKind::kPull, CombineKind::kPush}) {
-    SCOPED_TRACE(combine_kind_name(combine));
-    Communicator& host = testing::host_world();
-    const int me = host.rank(), N = host.size();
-    MoeConfig config = testing::small_ep_config();
-    const LayerWeights full = synthetic_layer_weights(config, DType::kBF16, 7);
-    const ExpertMap map = ExpertMap::contiguous(config.routing.num_experts, N);
-    CudaEpOptions options;
-    options.low_latency_capacity = 8;
-    options.combine = combine;
-    CudaEpLayer layer(config, local_layer_weights(full, map, me), map, host, nullptr, options);
-    const int64_t k = config.routing.top_k, H = config.experts.hidden_size;
-    const auto step = [&](int64_t M) {
-      const Tensor hidden = testing::random_normal(DType::kBF16, {M, H}, me);
-      Tensor ids(DType::kI32, {M, k});
-      const int32_t last_expert = map.local_slots(N - 1).back();
-      for (int64_t i = 0; i < M * k; ++i) ids.data<int32_t>()[i] = last_expert;  // all to rank N-1
-      const Tensor weights = testing::random_normal(DType::kF32, {M, k}, me);
-      const DeviceTensor d_hidden(hidden), d_ids(ids), d_weights(weights);
-      const DeviceTensor out = DeviceTensor::empty_like(DType::kBF16, {M, H});
-      layer.forward_routed(d_hidden, d_ids, d_weights, out);
-    };
-    // Rank 0 sends 20 rows to rank N-1; every rank must fail this step, naming the counts.
-    try {
-      step(me == 0 ? 20 : 2);
-      ADD_FAILURE() << "rank " << me << ": no error for 20 rows over a capacity of 8";
-    } catch (const Error& e) {
-      const std::string message = e.what();
-      EXPECT_NE(message.find("capacity of 8 rows"), std::string::npos) << message;
-      if (me == 0 || me == N - 1) {
-        EXPECT_NE(message.find(fmt::format("rank 0 needed 20 rows for rank {}", N - 1)),
-                  std::string::npos)
-            << message;
-      }
+  Communicator& host = testing::host_world();
+  const int me = host.rank(), N = host.size();
+  MoeConfig config = testing::small_ep_config();
+  const LayerWeights full = synthetic_layer_weights(config, DType::kBF16, 7);
+  const ExpertMap map = ExpertMap::contiguous(config.routing.num_experts, N);
+  CudaEpOptions options;
+  options.low_latency_capacity = 8;
+  CudaEpLayer layer(config, local_layer_weights(full, map, me), map, host, nullptr, options);
+  const int64_t k = config.routing.top_k, H = config.experts.hidden_size;
+  const auto step = [&](int64_t M) {
+    const Tensor hidden = testing::random_normal(DType::kBF16, {M, H}, me);
+    Tensor ids(DType::kI32, {M, k});
+    const int32_t last_expert = map.local_slots(N - 1).back();
+    for (int64_t i = 0; i < M * k; ++i) ids.data<int32_t>()[i] = last_expert;  // all to rank N-1
+    const Tensor weights = testing::random_normal(DType::kF32, {M, k}, me);
+    const DeviceTensor d_hidden(hidden), d_ids(ids), d_weights(weights);
+    const DeviceTensor out = DeviceTensor::empty_like(DType::kBF16, {M, H});
+    layer.forward_routed(d_hidden, d_ids, d_weights, out);
+  };
+  // Rank 0 sends 20 rows to rank N-1; every rank must fail this step, naming the counts.
+  try {
+    step(me == 0 ? 20 : 2);
+    ADD_FAILURE() << "rank " << me << ": no error for 20 rows over a capacity of 8";
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("capacity of 8 rows"), std::string::npos) << message;
+    if (me == 0 || me == N - 1) {
+      EXPECT_NE(message.find(fmt::format("rank 0 needed 20 rows for rank {}", N - 1)),
+                std::string::npos)
+          << message;
     }
-    EXPECT_NO_THROW(step(8));  // within the capacity: the buffers and flags are consistent again
   }
+  EXPECT_NO_THROW(step(8));  // within the capacity: the buffers and flags are consistent again
 }
 
 TEST(CudaEpLowLatency, CapturedStepReplaysInACudaGraph) {
@@ -547,23 +539,19 @@ TEST(CudaEpLowLatency, CapturedStepReplaysInACudaGraph) {
   const MoeConfig routed_only = testing::small_ep_config();
   const int64_t E = routed_only.routing.num_experts;
   // With replicas the step also holds the replica choice. The step number each kernel reads
-  // lives on the device, for both combines.
+  // lives on the device.
   struct GraphCase {
     ExpertMap map;
     bool two_batch;
-    CombineKind combine;
     bool shared;  // a gated shared MLP: its cuBLAS GEMMs inside the graph too
   };
   for (const GraphCase& c :
-       {GraphCase{ExpertMap::contiguous(E, N), false, CombineKind::kPull, false},
-        GraphCase{replicated_map(E, N), false, CombineKind::kPull, false},
-        GraphCase{replicated_map(E, N), true, CombineKind::kPull, false},
-        GraphCase{ExpertMap::contiguous(E, N), false, CombineKind::kPush, false},
-        GraphCase{ExpertMap::contiguous(E, N), false, CombineKind::kPull, true},
-        GraphCase{replicated_map(E, N), true, CombineKind::kPush, true}}) {
-    SCOPED_TRACE(fmt::format("rank {}: {} slots, two_batch {}, {} combine, shared {}", me,
-                             c.map.num_slots(), c.two_batch, combine_kind_name(c.combine),
-                             c.shared));
+       {GraphCase{ExpertMap::contiguous(E, N), false, false},
+        GraphCase{replicated_map(E, N), false, false}, GraphCase{replicated_map(E, N), true, false},
+        GraphCase{ExpertMap::contiguous(E, N), false, true},
+        GraphCase{replicated_map(E, N), true, true}}) {
+    SCOPED_TRACE(fmt::format("rank {}: {} slots, two_batch {}, shared {}", me, c.map.num_slots(),
+                             c.two_batch, c.shared));
     MoeConfig config = routed_only;
     if (c.shared) {
       config.experts.shared_intermediate_size = 96;
@@ -571,7 +559,6 @@ TEST(CudaEpLowLatency, CapturedStepReplaysInACudaGraph) {
     }
     const LayerWeights full = synthetic_layer_weights(config, DType::kBF16, 7);
     CudaEpOptions options;
-    options.combine = c.combine;
     options.two_batch_overlap = c.two_batch;
     options.overlap_free_multiprocessors = 8;
     CudaEpLayer layer(config, local_layer_weights(full, c.map, me), c.map, host, nullptr, options);
@@ -656,72 +643,14 @@ TEST(CudaEpLowLatency, PeerThatSkipsAStepFailsTheOthersWithinTheTimeout) {
   EXPECT_THROW(layer.finish_step(), Error);
 }
 
-// The pull combine adds the same partial rows in the same order as the push combine and rounds
-// alike: the same bits, on both peer-to-peer paths, for steps with a rank without tokens, tokens
-// whose experts are all on this rank or all on the other, and pairs without an expert. The
-// experts compute each row alone (no sum over rows, no split of K), so where a row lands in the
-// received buffers changes nothing.
-TEST(CudaEpCombine, PullGivesThePushBits) {
-  Communicator& host = testing::host_world();
-  const int me = host.rank(), N = host.size();
-  const MoeConfig config = testing::small_ep_config();
-  const LayerWeights full = synthetic_layer_weights(config, DType::kBF16, 7);
-  const ExpertMap map = ExpertMap::contiguous(config.routing.num_experts, N);
-  const int64_t H = config.experts.hidden_size, k = config.routing.top_k;
-  const auto own = map.local_slots(me), other = map.local_slots((me + 1) % N);
-  for (DispatcherKind dispatcher : {DispatcherKind::kLowLatency, DispatcherKind::kHighThroughput}) {
-    const auto make = [&](CombineKind combine) {
-      CudaEpOptions options;
-      options.dispatcher = dispatcher;
-      options.combine = combine;
-      options.low_latency_capacity = 64;
-      return CudaEpLayer(config, local_layer_weights(full, map, me), map, host,
-                         &testing::nccl_world(), options);
-    };
-    CudaEpLayer push = make(CombineKind::kPush), pull = make(CombineKind::kPull);
-    ASSERT_EQ(pull.options().combine, CombineKind::kPull);
-    for (int64_t M : {int64_t{64}, me == 0 ? int64_t{0} : int64_t{9}, int64_t{1} + me}) {
-      SCOPED_TRACE(fmt::format("rank {} {} M {}", me, dispatcher_name(dispatcher), M));
-      Tensor ids(DType::kI32, {M, k});
-      testing::fill_uniform_int(ids, 50 + M + me, -1,
-                                static_cast<int32_t>(config.routing.num_experts - 1));
-      for (int64_t t = 0; t < M && M > 2; t += 3) {  // every third token on one rank only
-        const auto slots = t % 2 == 0 ? own : other;
-        for (int64_t j = 0; j < k; ++j) {
-          ids.data<int32_t>()[t * k + j] = slots[static_cast<size_t>(j) % slots.size()];
-        }
-      }
-      const DeviceTensor d_hidden(testing::random_normal(DType::kBF16, {M, H}, 80 + M + me));
-      const DeviceTensor d_ids(ids);
-      const DeviceTensor d_weights(testing::random_normal(DType::kF32, {M, k}, 90 + me, 0.3f));
-      const DeviceTensor pushed = DeviceTensor::empty_like(DType::kBF16, {M, H});
-      const DeviceTensor pulled = DeviceTensor::empty_like(DType::kBF16, {M, H});
-      push.forward_routed(d_hidden, d_ids, d_weights, pushed);
-      pull.forward_routed(d_hidden, d_ids, d_weights, pulled);
-      EXPECT_EQ(pull.last_stats().rows_sent, push.last_stats().rows_sent);
-      EXPECT_EQ(pull.last_stats().rows_received, push.last_stats().rows_received);
-      const Tensor a = pushed.to_host(), b = pulled.to_host();
-      for (int64_t i = 0; i < M * H; ++i) {
-        ASSERT_EQ(a.data<uint16_t>()[i], b.data<uint16_t>()[i])
-            << "token " << i / H << " element " << i % H << ": push " << std::hex
-            << a.data<uint16_t>()[i] << ", pull " << b.data<uint16_t>()[i];
-      }
-    }
-  }
-}
-
-INSTANTIATE_TEST_SUITE_P(
-    Paths, CudaEp,
-    ::testing::Values(PathChoice{DispatcherKind::kLowLatency, false, CombineKind::kPull},
-                      PathChoice{DispatcherKind::kHighThroughput, false, CombineKind::kPull},
-                      PathChoice{DispatcherKind::kHighThroughput, true, CombineKind::kAuto},
-                      PathChoice{DispatcherKind::kLowLatency, false, CombineKind::kPush},
-                      PathChoice{DispatcherKind::kHighThroughput, false, CombineKind::kPush}),
-    [](const auto& info) {
-      return std::string(dispatcher_name(info.param.dispatcher)) +
-             (info.param.over_nccl ? "_nccl" : "") +
-             (info.param.combine == CombineKind::kPush ? "_push" : "");
-    });
+INSTANTIATE_TEST_SUITE_P(Paths, CudaEp,
+                         ::testing::Values(PathChoice{DispatcherKind::kLowLatency, false},
+                                           PathChoice{DispatcherKind::kHighThroughput, false},
+                                           PathChoice{DispatcherKind::kHighThroughput, true}),
+                         [](const auto& info) {
+                           return std::string(dispatcher_name(info.param.dispatcher)) +
+                                  (info.param.over_nccl ? "_nccl" : "");
+                         });
 
 }  // namespace
 }  // namespace moe
