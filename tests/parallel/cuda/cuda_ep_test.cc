@@ -495,17 +495,25 @@ TEST(CudaEpReplicaChoice, MatchesTheCpuRule) {
   }
 }
 
+// A layer of `config` (synthetic weights, seed 7) holding this rank's experts of `map`.
+CudaEpLayer small_layer(const MoeConfig& config, const ExpertMap& map,
+                        const CudaEpOptions& options) {
+  Communicator& host = testing::host_world();
+  const LayerWeights full = synthetic_layer_weights(config, DType::kBF16, 7);
+  return CudaEpLayer(config, local_layer_weights(full, map, host.rank()), map, host, nullptr,
+                     options);
+}
+
 // The overflow travels in the dispatch counts and, to the ranks that did not see it, in the
 // combine flags.
 TEST(CudaEpLowLatency, OverflowFailsEveryRankWithTheCountsThenTheNextStepRuns) {
   Communicator& host = testing::host_world();
   const int me = host.rank(), N = host.size();
-  MoeConfig config = testing::small_ep_config();
-  const LayerWeights full = synthetic_layer_weights(config, DType::kBF16, 7);
+  const MoeConfig config = testing::small_ep_config();
   const ExpertMap map = ExpertMap::contiguous(config.routing.num_experts, N);
   CudaEpOptions options;
   options.low_latency_capacity = 8;
-  CudaEpLayer layer(config, local_layer_weights(full, map, me), map, host, nullptr, options);
+  CudaEpLayer layer = small_layer(config, map, options);
   const int64_t k = config.routing.top_k, H = config.experts.hidden_size;
   const auto step = [&](int64_t M) {
     const Tensor hidden = testing::random_normal(DType::kBF16, {M, H}, me);
@@ -614,12 +622,11 @@ TEST(CudaEpLowLatency, CapturedStepReplaysInACudaGraph) {
 TEST(CudaEpLowLatency, PeerThatSkipsAStepFailsTheOthersWithinTheTimeout) {
   Communicator& host = testing::host_world();
   const int me = host.rank(), N = host.size();
-  MoeConfig config = testing::small_ep_config();
-  const LayerWeights full = synthetic_layer_weights(config, DType::kBF16, 7);
-  const ExpertMap map = ExpertMap::contiguous(config.routing.num_experts, N);
+  const MoeConfig config = testing::small_ep_config();
   CudaEpOptions options;
   options.timeout = std::chrono::milliseconds(500);
-  CudaEpLayer layer(config, local_layer_weights(full, map, me), map, host, nullptr, options);
+  CudaEpLayer layer =
+      small_layer(config, ExpertMap::contiguous(config.routing.num_experts, N), options);
   if (me == N - 1) return;  // stalls: never enters the step (its layer still leaves collectively)
   const int64_t M = 4, k = config.routing.top_k, H = config.experts.hidden_size;
   Tensor ids(DType::kI32, {M, k});
