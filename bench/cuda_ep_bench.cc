@@ -20,6 +20,8 @@
 //
 // Timed steps start together on every GPU (StartLine: a barrier of the GPUs after the host's);
 // --start host leaves only the host barrier, whose skew between processes the stages then time.
+// The header prints an empty kernel timed the same way: the part of every stage's figure that is
+// the events' and the launch's own cost.
 //
 // Run: mpirun -np 2 build/release/bench/moe_bench_cuda_ep [--tokens 128,4096] [--iterations 20]
 //        [--paths ll,ht,nccl] [--models qwen3-30b-a3b,deepseek-v3] [--free-sms 16] [--start gpu]
@@ -185,6 +187,25 @@ class StartLine {
   Communicator& host_;
   std::optional<cuda::ep::PeerBarrier> gpus_;
 };
+
+// Slowest rank's median of an empty kernel timed as the stages are (after the start line, between
+// two events): the least any stage can read, the events' and the launch's own cost.
+double empty_stage_us(Communicator& host, StartLine& start, int iterations) {
+  cudaStream_t stream = nullptr;
+  check(cudaStreamCreate(&stream), "cudaStreamCreate");
+  Events events(2);
+  std::vector<double> times;
+  for (int i = 0; i < iterations + 3; ++i) {
+    start.before_step(stream);
+    events.mark(0, stream);
+    cuda::ep::hold_stream(0, stream);
+    events.mark(1, stream);
+    if (i >= 3) times.push_back(events.us(0, 1));
+  }
+  check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  cudaStreamDestroy(stream);
+  return slowest(host, median(times));
+}
 
 struct Case {
   std::string model;
@@ -396,11 +417,12 @@ int run(int argc, char** argv) {
   const double peer =
       N > 1 && peer_device != device ? peer_copy_bandwidth(*host, device, peer_device) : 0.0;
   StartLine start(*host, start_on_gpus);
+  const double empty_us = empty_stage_us(*host, start, iterations);
   if (me == 0) {
     std::printf(
         "%d ranks; peer copy (cudaMemcpyPeerAsync 256 MiB, all GPUs at once): %.1f GB/s; timed "
-        "steps start at a %s\n",
-        N, peer / 1e9, start.name());
+        "steps start at a %s; an empty kernel timed as a stage: %.1f us\n",
+        N, peer / 1e9, start.name(), empty_us);
     std::printf(
         "model          tokens path | dispatch    GB/s |  combine    GB/s |   experts      step "
         "graph d+x+c | nccl a2a    GB/s | disp%% comb%% | disp\n"
