@@ -10,7 +10,8 @@
 // and reuse without resets").
 //   Publish. combine_sum follows the experts in stream order, so moe_sum's stores of the partial
 //   rows are complete when it starts; thread 0 of its first block to run runs fence.sc.sys, then
-//   stores each source's flag {step, count | overflow bit} with st.release.sys. In combine_sum,
+//   stores each source's flag {step, count | overflow bit} with st.relaxed.sys (the fence and the
+//   strong store are a release pattern). In combine_sum,
 //   thread d of every block reads rank d's flag with ld.acquire.sys until it carries this step,
 //   and the block's loads of rank d's rows follow a __syncthreads (bar.sync orders them after the
 //   acquire in causality order). The loads are coherent ld.global, not __ldg: the kernel starts
@@ -60,8 +61,8 @@ __host__ __device__ int64_t segments_of(int64_t hidden_size) {
 // This rank's flags of this step, once: by the first block of combine_sum to run (a kernel of its
 // own would put one more launch on every step's critical path; the first block to run, rather
 // than block 0, so that no waiting block depends on a block not yet scheduled). The experts'
-// stores precede the kernel in stream order; the fence makes them visible at system scope before
-// any flag.
+// stores precede the kernel in stream order; the fence and the strong stores of the flags after
+// it are a release pattern (one fence for every flag).
 __device__ void publish_once(const CombineSumArgs& a) {
   const CombinePublishArgs& p = a.publish;
   const uint32_t step = *a.step;
@@ -71,7 +72,7 @@ __device__ void publish_once(const CombineSumArgs& a) {
   const uint32_t overflow = (a.status->bits & kStatusOverflow) != 0 ? kOverflowSeenBit : 0;
   for (int s = 0; s < a.num_ranks; ++s) {
     const uint32_t count = static_cast<uint32_t>(p.received_counts[s]) | overflow;
-    store_release_sys(p.dest_flags[s], make_flag(step, count));
+    store_relaxed_sys(p.dest_flags[s], make_flag(step, count));
   }
 }
 

@@ -14,9 +14,11 @@
 // the PTX memory model), then thread 0 alone runs fence.sc.sys and counts the block done with a
 // relaxed atomicAdd at GPU scope: a release pattern that covers every store of its block by
 // cumulativity (the pattern of cooperative groups' grid sync, at system scope). The block that
-// counts last has observed every earlier increment (one RMW chain), fences again (acquire) and
-// publishes each count with st.release.sys, cumulative too: a peer whose ld.acquire.sys reads the
-// new step reads every row, id and weight of it. The same block then receives: its threads s < N
+// counts last has observed every earlier increment (one RMW chain), fences again and publishes
+// each count with a relaxed system-scope store: that fence and a strong store after it are a
+// release pattern, cumulative too, so a peer whose ld.acquire.sys reads the new step reads every
+// row, id and weight of it (one fence for all the flags: st.release.sys would fence again before
+// each). The same block then receives: its threads s < N
 // acquire source s's flag, and after a __syncthreads its writes (the masked ids) and every later
 // kernel's reads of the received rows follow those acquires.
 #include <algorithm>
@@ -51,7 +53,7 @@ __device__ void publish_counts(const DispatchSendArgs& a) {
       overflow = true;
     }
     if (a.dest_flags[d] != nullptr) {
-      store_release_sys(a.dest_flags[d], make_flag(step, static_cast<uint32_t>(needed)));
+      store_relaxed_sys(a.dest_flags[d], make_flag(step, static_cast<uint32_t>(needed)));
     }
   }
   if (overflow) note_error(a.status, kStatusOverflow, step);

@@ -20,8 +20,12 @@ __device__ __forceinline__ uint64_t load_acquire_sys(const uint64_t* address) {
   return value;
 }
 
-__device__ __forceinline__ void store_release_sys(uint64_t* address, uint64_t value) {
-  asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(address), "l"(value) : "memory");
+// A strong store with no ordering of its own. After a fence.sc.sys (__threadfence_system) it
+// forms a release pattern in the PTX memory model: one fence then several flags, where a
+// st.release.sys per flag would fence again before each (about a microsecond apiece between
+// GPUs, measured inside dispatch_send on the H200).
+__device__ __forceinline__ void store_relaxed_sys(uint64_t* address, uint64_t value) {
+  asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(address), "l"(value) : "memory");
 }
 
 // A plain (weak, coherent) 16-byte load, for data other GPUs wrote during this kernel and made

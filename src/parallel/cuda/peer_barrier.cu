@@ -6,11 +6,12 @@
 namespace moe::cuda::ep {
 namespace {
 
-// The store is a release only to keep the rounds in order; no data travels with it.
+// No data travels with the word, so a relaxed store does (one thread's stores to one word stay in
+// order).
 __global__ void peer_barrier_kernel(PeerBarrierArgs a) {
   const int d = static_cast<int>(threadIdx.x);
   if (d >= a.num_ranks) return;
-  store_release_sys(a.peer_words[d], make_flag(a.round, 0));
+  store_relaxed_sys(a.peer_words[d], make_flag(a.round, 0));
   bool timed_out = false;
   uint64_t seen = 0;
   wait_for_step(&a.own_words[d], a.round, global_timer_ns() + a.timeout_ns, &timed_out, &seen);
