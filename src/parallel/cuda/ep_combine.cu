@@ -11,11 +11,11 @@
 //   Publish. combine_sum follows the experts in stream order, so moe_sum's stores of the partial
 //   rows are complete when it starts; thread 0 of its first block to run runs fence.sc.sys, then
 //   stores each source's flag {step, count | overflow bit} with st.relaxed.sys (the fence and the
-//   strong store are a release pattern). In combine_sum,
-//   thread d of every block reads rank d's flag with ld.acquire.sys until it carries this step,
-//   and the block's loads of rank d's rows follow a __syncthreads (bar.sync orders them after the
-//   acquire in causality order). The loads are coherent ld.global, not __ldg: the kernel starts
-//   before the flags come, while the peer may still be writing the rows.
+//   strong store are a release pattern). In combine_sum, thread d of every block reads rank d's
+//   flag with ld.acquire.sys until it carries this step, and the block's loads of rank d's rows
+//   follow a __syncthreads (bar.sync orders them after the acquire in causality order). The
+//   loads are coherent ld.global, not __ldg: the kernel starts before the flags come, while the
+//   peer may still be writing the rows.
 //   Reuse of the partial rows. A serving rank rewrites them (and anything else its experts touch)
 //   only in its experts of step s + 1, which start after the last block of its dispatch_send of
 //   s + 1 acquired every source's dispatch flag of s + 1. A source releases that flag at the end

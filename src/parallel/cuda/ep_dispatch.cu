@@ -18,9 +18,9 @@
 // each count with a relaxed system-scope store: that fence and a strong store after it are a
 // release pattern, cumulative too, so a peer whose ld.acquire.sys reads the new step reads every
 // row, id and weight of it (one fence for all the flags: st.release.sys would fence again before
-// each). The same block then receives: its threads s < N
-// acquire source s's flag, and after a __syncthreads its writes (the masked ids) and every later
-// kernel's reads of the received rows follow those acquires.
+// each). The same block then receives: its threads s < N acquire source s's flag, and after a
+// __syncthreads its writes (the masked ids) and every later kernel's reads of the received rows
+// follow those acquires.
 #include <algorithm>
 
 #include "kernels/cuda/check.h"
