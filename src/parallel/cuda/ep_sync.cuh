@@ -23,8 +23,8 @@ __device__ __forceinline__ uint64_t load_acquire_sys(const uint64_t* address) {
 // A strong store with no ordering of its own. After a fence.sc.sys (__threadfence_system) it
 // forms a release pattern in the PTX memory model: one fence then several flags, where a
 // st.release.sys per flag would fence again before each (about half a microsecond apiece on two
-// H200s: the last block of dispatch_send took 2.8-3.0 us from its fence to its last flag with
-// two of them, 1.8-2.0 us with this).
+// H200s: the last block of dispatch_send took 2.8-3.1 us from its fence to its last flag with
+// two of them, 1.8-2.1 us with this).
 __device__ __forceinline__ void store_relaxed_sys(uint64_t* address, uint64_t value) {
   asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(address), "l"(value) : "memory");
 }
