@@ -7,9 +7,9 @@
 // in a CUDA graph and replayed (one batch, and two micro-batches), two-batch steps with overlap
 // against the single-GPU layer, the byte counters by peer and host, the pairs each local slot
 // served (counted on the GPU) against the slots the CPU path's rule gives every rank's pairs, and
-// a peer that never enters a step (the others fail within the timeout instead of hanging), and
+// a peer that never enters a step (the others fail within the timeout instead of hanging),
 // shared experts (DeepSeek-V3-like and Qwen2-MoE-like layers) on each rank's own tokens, also
-// captured in a CUDA graph.
+// captured in a CUDA graph, and the GPUs' own barrier of the benchmark (PeerBarrier).
 //
 // Equal within bf16 rounding, not bitwise: each partial row (a token's pairs served by one rank)
 // is rounded to bf16 before the source adds them, where the single-GPU layer adds the k pair rows;
@@ -35,6 +35,8 @@
 #include "moe/experts.h"
 #include "moe/layer.h"
 #include "parallel/cuda/cuda_ep_world.h"
+#include "parallel/cuda/ep_kernels.h"
+#include "parallel/cuda/peer_barrier.h"
 #include "parallel/cuda/replica_choice.h"
 #include "parallel/cuda/small_ep_config.h"
 #include "parallel/dispatch_plan.h"
@@ -648,6 +650,48 @@ TEST(CudaEpLowLatency, PeerThatSkipsAStepFailsTheOthersWithinTheTimeout) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
   // The layer stays failed: a peer is in an unknown step.
   EXPECT_THROW(layer.finish_step(), Error);
+}
+
+// The GPUs' own barrier (the benchmark's start line, parallel/cuda/peer_barrier.h): a rank that
+// arrives late holds the others back on their GPUs, and one that never arrives is reported after
+// the timeout, by rank.
+TEST(CudaEpPeerBarrier, WaitsForTheLastRankAndNamesOneThatNeverCame) {
+  Communicator& host = testing::host_world();
+  const int me = host.rank(), N = host.size();
+  cuda::ep::PeerBarrier barrier(host, /*timeout_ns=*/300'000'000);
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  cudaEvent_t before = nullptr, after = nullptr;
+  ASSERT_EQ(cudaEventCreate(&before), cudaSuccess);
+  ASSERT_EQ(cudaEventCreate(&after), cudaSuccess);
+  host.barrier();
+  if (me == 0) cuda::ep::hold_stream(50'000, stream);  // rank 0 arrives 50 ms late
+  ASSERT_EQ(cudaEventRecord(before, stream), cudaSuccess);
+  barrier.arrive_and_wait(stream);
+  ASSERT_EQ(cudaEventRecord(after, stream), cudaSuccess);
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  float ms = 0;
+  ASSERT_EQ(cudaEventElapsedTime(&ms, before, after), cudaSuccess);
+  if (me != 0) {
+    EXPECT_GT(ms, 25.0f) << "rank " << me << " left the barrier before rank 0 came";
+  }
+  EXPECT_NO_THROW(barrier.throw_if_timed_out());
+
+  if (me != N - 1) barrier.arrive_and_wait(stream);  // rank N - 1 never comes to this one
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  if (me != N - 1) {
+    try {
+      barrier.throw_if_timed_out();
+      ADD_FAILURE() << "rank " << me << ": no error although rank " << N - 1 << " never came";
+    } catch (const Error& e) {
+      const std::string message = e.what();
+      EXPECT_NE(message.find(fmt::format("for rank {} in a barrier", N - 1)), std::string::npos)
+          << message;
+    }
+  }
+  cudaEventDestroy(before);
+  cudaEventDestroy(after);
+  cudaStreamDestroy(stream);
 }
 
 INSTANTIATE_TEST_SUITE_P(Paths, CudaEp,
