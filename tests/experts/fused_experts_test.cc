@@ -204,6 +204,20 @@ TEST(FusedExperts, ManyRowsPerExpertAcrossBlocksAndPasses) {
   }
 }
 
+TEST(FusedExperts, Cache3LargeEnoughToBeStreamedPastTheCaches) {
+  // 512 tokens, top-8, H = 2048: cache3 is 32 MiB, where gemm2 writes it with non-temporal stores
+  // (kStreamedCache3Bytes in fused_experts.cc). A small I keeps the reference quick.
+  ExpertsCase c;
+  c.num_tokens = 512;
+  c.hidden_size = 2048;
+  c.intermediate_size = 16;
+  c.num_experts = 16;
+  c.top_k = 8;
+  c.dtype = c.weight_dtype = DType::kBF16;
+  c.seed = 90;
+  expect_cpu_matches_reference(c);
+}
+
 TEST(FusedExperts, DeepSeekSizedRouting) {
   // E = 256 experts, top-8: most experts idle at decode sizes, a few shared at prefill sizes.
   for (int64_t M : {1, 3, 64}) {

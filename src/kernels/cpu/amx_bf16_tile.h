@@ -119,6 +119,7 @@ ExpertKernels amx_expert_kernel_set() {
   kernels.tile.a_dtype = DType::kBF16;
   kernels.tile.max_rows = kAmxMaxRows;
   kernels.tile.row_multiple = kTileRows;
+  kernels.tile.whole_k = true;
   kernels.tile.run = &amx_pair<Tiles>;
   kernels.tile.thread_begin = &Tiles::begin;
   kernels.tile.thread_end = &Tiles::end;

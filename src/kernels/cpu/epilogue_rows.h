@@ -16,6 +16,8 @@
 // NOTE: internal linkage on purpose, as in fma_tile.h: each includer compiles its own copy.
 #pragma once
 
+#include <xmmintrin.h>
+
 #include <cstdint>
 #include <cstring>
 
@@ -91,6 +93,17 @@ void silu_rows(const EpilogueArgs& e) {
   }
 }
 
+// The 32 floats of one output row, past the caches (EpilogueArgs::stream) where the row is
+// 16-byte aligned (SSE's non-temporal store, which every x86-64 has), else an ordinary copy. The
+// row's 128 bytes are written one after another, so the write-combining buffers send whole lines.
+void stream_row(float* out, const float* values) {
+  if (reinterpret_cast<uintptr_t>(out) % 16 != 0) {
+    std::memcpy(out, values, kPairWidth * sizeof(float));
+    return;
+  }
+  for (int64_t i = 0; i < kPairWidth; i += 4) _mm_stream_ps(out + i, _mm_loadu_ps(values + i));
+}
+
 template <int kLanes>
 void scale_rows(const EpilogueArgs& e) {
   using Floats = typename Lanes<kLanes>::Floats;
@@ -109,9 +122,15 @@ void scale_rows(const EpilogueArgs& e) {
       std::memcpy(values + v * kLanes, &sum, sizeof sum);
     }
     float* out = static_cast<float*>(e.out) + id * e.out_stride;
-    full ? std::memcpy(out, values, sizeof values)
-         : std::memcpy(out, values, static_cast<size_t>(e.width) * sizeof(float));
+    if (full && e.stream) {
+      stream_row(out, values);
+    } else {
+      full ? std::memcpy(out, values, sizeof values)
+           : std::memcpy(out, values, static_cast<size_t>(e.width) * sizeof(float));
+    }
   }
+  // Non-temporal stores are weakly ordered: fence them before another thread (the sum) reads.
+  if (e.stream) _mm_sfence();
 }
 
 }  // namespace

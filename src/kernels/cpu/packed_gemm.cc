@@ -59,10 +59,14 @@ ThreadBuffers carve(float* base, const BufferShape& s) {
   return b;
 }
 
-// The k block: kPairBlockBytes of a pair, a multiple of bf16's k multiple (AMX tile depth), or
-// MOE_CPU_KBLOCK (cpu_tuning.h).
-int64_t k_block(const PackedLayout& layout) {
+// The k block: kPairBlockBytes of a pair, a multiple of bf16's k multiple (AMX tile depth); the
+// whole of k for a kernel that keeps its sums in registers (TileKernel::whole_k) over a chunk of
+// more than one row block; or MOE_CPU_KBLOCK (cpu_tuning.h). A chunk of one row block (decode) is
+// bound by streaming the weights, and keeps k blocks: block_ahead then trickles the next block's
+// prefetches out beside each block instead of a whole pair's at once.
+int64_t k_block(const PackedLayout& layout, const TileKernel& kernel, int64_t row_blocks) {
   if (cpu_tuning().k_block > 0) return cpu_tuning().k_block;
+  if (kernel.whole_k && row_blocks > 1) return layout.k_padded;
   const int64_t bytes_per_k = kPairWidth * static_cast<int64_t>(dtype_size(layout.dtype));
   return std::max<int64_t>(kPairBlockBytes / bytes_per_k / kBf16KMultiple, 1) * kBf16KMultiple;
 }
@@ -169,6 +173,7 @@ void plain_epilogue(const PackedGemmArgs& args, const ExpertKernels& kernels,
   e.width = width;
   e.out = static_cast<float*>(args.out) + n0;
   e.out_stride = n;
+  e.stream = args.stream_out;
   (kernels.scale_rows ? kernels.scale_rows : &scale_rows<kBaselineLanes>)(e);
 }
 
@@ -209,17 +214,22 @@ BlockSpan block_ahead(const PackedLayout& layout, const uint8_t* expert, const W
 }
 
 // Streams the item's pairs from memory once: each k block of a pair is multiplied with every row
-// block of the chunk while it sits in L1, the sums wait in acc, and the epilogue runs once the
-// pair's last k block is done. Meanwhile a later k block (block_ahead) is prefetched to L2: the
+// block of the chunk while it sits in L1 (or in L2, when the block is the whole of k), the sums
+// wait in acc, and the epilogue runs once the pair's last k block is done. Meanwhile a later k
+// block (block_ahead; the next pair, when blocks are the whole of k) is prefetched to L2: the
 // chunk's row blocks give memory the time to deliver it.
 void run_item(const PackedGemmArgs& args, const ExpertKernels& kernels, const ExpertRows& chunk,
               const WorkItem& item, const BufferShape& s, const ThreadBuffers& b) {
   const PackedLayout& layout = args.layout;
   const TileKernel& kernel = kernels.tile;
   const uint8_t* expert = args.experts[chunk.expert];
-  const int64_t k_step = k_block(layout);
   const int64_t row_blocks = (chunk.num_rows + kernel.max_rows - 1) / kernel.max_rows;
-  // A k block larger than the default (MOE_CPU_KBLOCK) leaves L1 between row blocks.
+  const int64_t k_step = k_block(layout, kernel, row_blocks);
+  // The first row block over a k block reads the weights from memory or L2 and prefetches ahead
+  // of its steps. A k block larger than the default (MOE_CPU_KBLOCK) leaves L1 between row blocks,
+  // so every row block prefetches; the whole of k (TileKernel::whole_k) is in L2 for the later
+  // row blocks, whose hardware prefetcher follows each panel's sequential tile loads unaided.
+  const bool whole_k = k_step >= layout.k_padded && cpu_tuning().k_block == 0;
   const bool block_fits_l1 =
       k_step * kPairWidth * static_cast<int64_t>(dtype_size(layout.dtype)) <= kPairBlockBytes;
   for (int64_t pair = item.pair_begin; pair < item.pair_end; ++pair) {
@@ -238,7 +248,7 @@ void run_item(const PackedGemmArgs& args, const ExpertKernels& kernels, const Ex
         t.rows = std::min(kernel.max_rows, chunk.num_rows - r0);
         t.a = b.rows + r0 * s.row_bytes;
         t.acc = b.acc + r0 * kPairWidth;
-        t.prefetch = block == 0 || !block_fits_l1;
+        t.prefetch = block == 0 || (!block_fits_l1 && !whole_k);
         kernel.run(t);
       }
     }

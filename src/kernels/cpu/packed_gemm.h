@@ -11,9 +11,10 @@
 // rows are gathered and converted (f32, or bf16 for the bf16 kernels) into a per-thread buffer
 // once per chunk of rows, straight from where they live (hidden[p / k], cache2[p]). Each
 // work item (work_split.h) streams its weight pairs from memory once for all rows of its chunk:
-// each 16 KiB k block of a pair stays in L1 while the kernel walks the chunk's row blocks, and the
-// next block is prefetched meanwhile. Each output element is computed in a fixed order, so results
-// do not depend on the thread count.
+// each 16 KiB k block of a pair stays in L1 while the kernel walks the chunk's row blocks (for
+// the amx kernel, whose sums stay in tiles, the whole of k stays in L2: TileKernel::whole_k), and
+// the next block is prefetched meanwhile. Each output element is computed in a fixed order, so
+// results do not depend on the thread count.
 // Tested by tests/experts (every path against the reference backend).
 #pragma once
 
@@ -43,6 +44,9 @@ struct PackedGemmArgs {
   // than by every thread that gathers them. Plain outputs are f32.
   void* out = nullptr;
   DType out_dtype = DType::kF32;
+  // Plain layouts: whole output rows go past the caches (EpilogueArgs::stream), for an out far
+  // larger than the caches that a later stage reads once.
+  bool stream_out = false;
 };
 
 // Buffers that only grow: a steady stream of batches allocates nothing.

@@ -47,6 +47,12 @@ struct TileKernel {
   int64_t max_rows = 1;
   // The kernel reads rows up to the next multiple of this; the driver zero-fills them.
   int64_t row_multiple = 1;
+  // The kernel's sums stay in registers over any range of k (AMX: four accumulator tiles), so a
+  // block of two or more row blocks gets the whole of k in one call per row block: its sums never
+  // make the round trip through acc that k blocks cost (a tile store and load per 256 k, which
+  // cost the amx path 15-25% of its arithmetic). The f32 kernels keep k blocks, whose weights stay
+  // in L1 while every row block passes over them.
+  bool whole_k = false;
   void (*run)(const TileArgs& args) = nullptr;
   // Called once per thread around a run of calls (AMX loads and releases its tile configuration).
   void (*thread_begin)() = nullptr;
@@ -67,6 +73,11 @@ struct EpilogueArgs {
   void* out = nullptr;           // output row i at out + i * out_stride elements
   int64_t out_stride = 0;
   DType out_dtype = DType::kF32;  // silu_rows: f32 or bf16; scale_rows: f32
+  // scale_rows: write whole rows (width 32) with non-temporal stores, for an output far larger
+  // than the caches that is read once, later (cache3 of a prefill batch). Ordinary stores would
+  // first read every line they write from memory; scattered over cache3's rows, those reads cost
+  // gemm2 on the amx path as much time as its arithmetic.
+  bool stream = false;
 };
 using EpilogueRows = void (*)(const EpilogueArgs& args);
 
