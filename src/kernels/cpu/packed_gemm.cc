@@ -184,14 +184,20 @@ struct BlockSpan {
   int64_t bytes = 0;  // of each panel; 0 = nothing
 };
 
-// Asks for part `part` of `parts` of the span's cache lines to be brought into L2. The driver
-// spreads the next block's lines over the current block's row blocks, so the requests trickle out
-// beside the arithmetic instead of stalling it in one burst.
-void prefetch_part(const BlockSpan& span, int64_t part, int64_t parts) {
+// Part `part` of `parts` of the span's cache lines. The driver spreads the next block's lines over
+// the current block's row blocks, so the requests trickle out beside the arithmetic instead of
+// stalling it in one burst.
+BlockSpan span_part(const BlockSpan& span, int64_t part, int64_t parts) {
   const int64_t lines = span.bytes / kCacheLine;
-  for (int64_t line = lines * part / parts; line < lines * (part + 1) / parts; ++line) {
-    __builtin_prefetch(span.panel0 + line * kCacheLine, 0, 2);
-    __builtin_prefetch(span.panel1 + line * kCacheLine, 0, 2);
+  const int64_t first = lines * part / parts, end = lines * (part + 1) / parts;
+  return {span.panel0 + first * kCacheLine, span.panel1 + first * kCacheLine,
+          (end - first) * kCacheLine};
+}
+
+void prefetch_to_l2(const BlockSpan& span) {
+  for (int64_t offset = 0; offset < span.bytes; offset += kCacheLine) {
+    __builtin_prefetch(span.panel0 + offset, 0, 2);
+    __builtin_prefetch(span.panel1 + offset, 0, 2);
   }
 }
 
@@ -244,7 +250,14 @@ void run_item(const PackedGemmArgs& args, const ExpertKernels& kernels, const Ex
       const BlockSpan next = block_ahead(layout, expert, item, pair, k0 / k_step, k_step);
       for (int64_t block = 0; block < row_blocks; ++block) {
         const int64_t r0 = block * kernel.max_rows;
-        if (next.bytes > 0) prefetch_part(next, block, row_blocks);
+        const BlockSpan ahead = span_part(next, block, row_blocks);
+        if (kernel.spreads_prefetch) {
+          t.ahead0 = ahead.panel0;
+          t.ahead1 = ahead.panel1;
+          t.ahead_bytes = ahead.bytes;
+        } else {
+          prefetch_to_l2(ahead);
+        }
         t.rows = std::min(kernel.max_rows, chunk.num_rows - r0);
         t.a = b.rows + r0 * s.row_bytes;
         t.acc = b.acc + r0 * kPairWidth;
