@@ -54,9 +54,10 @@ struct TileKernel {
   int64_t row_multiple = 1;
   // The kernel's sums stay in registers over any range of k (AMX: four accumulator tiles), so a
   // block of two or more row blocks gets the whole of k in one call per row block: its sums never
-  // make the round trip through acc that k blocks cost (a tile store and load per 256 k, which
-  // cost the amx path 15-25% of its arithmetic). The f32 kernels keep k blocks, whose weights stay
-  // in L1 while every row block passes over them.
+  // make the round trip through acc that k blocks cost (a tile store and load per 256 k: a
+  // standalone loop on two Sapphire-Rapids cores ran 1.84 TFLOP/s with them, 2.30 without, at 256
+  // rows of k = 2048). The f32 kernels keep k blocks, whose weights stay in L1 while every row
+  // block passes over them.
   bool whole_k = false;
   // run() brings TileArgs::ahead into L2 a few lines per k step, so the weights keep streaming from
   // memory while it computes; otherwise the driver asks for those lines in one burst before the
