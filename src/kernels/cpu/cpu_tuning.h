@@ -1,11 +1,14 @@
 // Knobs of the CPU experts kernels read from the environment once per process, so that one build
-// compares variants on one machine (`scripts/cpu-isa-check --amx-variants` sweeps them):
+// compares variants on one machine (`scripts/cpu-amx-variants` sweeps them):
 //   MOE_CPU_KBLOCK     k values per block of a panel pair (a positive multiple of 32); unset or
-//                      0: the default, 16 KiB of a pair (256 k for bf16). The sums carry exactly
-//                      from one block to the next, so the block changes speed, never results.
-//   MOE_CPU_PREFETCH   how many k blocks ahead of the one being multiplied the driver prefetches
-//                      into L2 (0..8; default 1: the next block). More keeps more of the weight
-//                      stream in flight while the tiles compute and the epilogue runs.
+//                      0: the default, 16 KiB of a pair (256 k for bf16), and for the amx kernel
+//                      the whole of k in chunks of two or more row blocks (TileKernel::whole_k).
+//                      The sums carry exactly from one block to the next, so the block changes
+//                      speed, never results.
+//   MOE_CPU_PREFETCH   how many k blocks ahead of the one being multiplied are prefetched into L2
+//                      (0..8; default 1: the next block, or the next pair under whole_k). More
+//                      keeps more of the weight stream in flight while the tiles compute and the
+//                      epilogue runs.
 //   MOE_CPU_HUGEPAGES  1 (default): ask the kernel to back packed weights with transparent huge
 //                      pages; 0: ordinary pages.
 // A malformed value is a moe::Error naming the variable and what it takes.
