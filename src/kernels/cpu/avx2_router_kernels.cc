@@ -1,0 +1,22 @@
+// The avx2 router path: router_tile.h compiled for AVX2 + FMA with the Avx2RouterShape blocking.
+// Tested by tests/routing/router_logits_test.cc.
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/cpu/router_kernel.h"
+
+// Everything below is compiled for AVX2; router_tile.h explains why nothing is included after
+// this.
+#pragma GCC push_options
+#pragma GCC target("avx2,fma")
+
+#include "kernels/cpu/router_tile.h"
+
+namespace moe::cpu {
+
+RouterKernel avx2_router_kernel() { return router_kernel_for<Avx2RouterShape>(); }
+
+}  // namespace moe::cpu
+
+#pragma GCC pop_options
