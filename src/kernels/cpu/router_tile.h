@@ -145,12 +145,13 @@ void router_run(const RouterTileArgs& t) {
 // The register blocking of each path: kMaxRows rows x kPanels panels of kLanes-wide vectors on
 // panels of 16 experts; kNarrowRows rows x one kNarrowLanes-wide vector on panels of 8.
 struct PlainRouterShape {
-  // The compiler splits the vectors into whatever its target has (SSE2 on the x86-64 baseline:
-  // 16 registers of 4 lanes, so 2 rows x 4 + 4 weights, or 4 rows x 2 + 2 weights).
-  static constexpr int kLanes = 16;
+  // Vectors of 4 lanes, which every SIMD target has (SSE2 on the x86-64 baseline, 16 registers):
+  // 2 rows x 4 vectors = 8 accumulators beside a panel's 4 weight vectors; 4 rows x 2 on narrow
+  // panels.
+  static constexpr int kLanes = 4;
   static constexpr int kMaxRows = 2;
   static constexpr int kPanels = 1;
-  static constexpr int kNarrowLanes = 8;
+  static constexpr int kNarrowLanes = 4;
   static constexpr int kNarrowRows = 4;
 };
 

@@ -3,7 +3,7 @@
 // the float64 oracle is kernels/reference/routing.h. Tests: tests/routing/.
 //
 // Only pack_router_weight allocates (its result, once per layer). The other kernels' scratch
-// lives on each thread's stack (router_logits: 56 KiB, select_experts: 17 * kMaxExperts bytes =
+// lives on each thread's stack (router_logits: 72 KiB, select_experts: 17 * kMaxExperts bytes =
 // 68 KiB), so a caller only provides the outputs and, for a whole route, the
 // [num_tokens, num_experts] f32 logits between the two kernels.
 // Results are bitwise independent of num_threads (<= 0 means omp_get_max_threads()).
