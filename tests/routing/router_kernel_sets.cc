@@ -1,5 +1,7 @@
 #include "routing/router_kernel_sets.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -25,8 +27,7 @@ std::vector<RouterKernelSet> runnable_router_kernels() {
 
 }  // namespace moe::testing
 
-// router_tile.h explains why nothing is included after this. This file is compiled with
-// -ffp-contract=fast, as the library is (tests/routing/CMakeLists.txt), so the multiply-adds fuse.
+// router_tile.h explains why nothing is included after this.
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
 
@@ -34,8 +35,29 @@ std::vector<RouterKernelSet> runnable_router_kernels() {
 
 namespace moe::testing {
 
+namespace {
+
+// The avx512 path's multiply-adds on AVX2: a 16-lane vector as two halves, each one vfmadd.
+struct Avx512MaddOnAvx2 {
+  static void madd(cpu::RouterVectors<16>::Floats& acc, float x,
+                   const cpu::RouterVectors<16>::Floats& w) {
+    __m256 a[2], b[2];
+    std::memcpy(a, &acc, sizeof a);
+    std::memcpy(b, &w, sizeof b);
+    const __m256 broadcast = _mm256_set1_ps(x);
+    for (int half = 0; half < 2; ++half) a[half] = _mm256_fmadd_ps(broadcast, b[half], a[half]);
+    std::memcpy(&acc, a, sizeof a);
+  }
+  static void madd(cpu::RouterVectors<8>::Floats& acc, float x,
+                   const cpu::RouterVectors<8>::Floats& w) {
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(x), w, acc);
+  }
+};
+
+}  // namespace
+
 cpu::RouterKernel avx512_router_logic_on_avx2() {
-  return cpu::router_kernel_for<cpu::Avx512RouterShape>();
+  return cpu::router_kernel_for<cpu::Avx512RouterShape, Avx512MaddOnAvx2>();
 }
 
 }  // namespace moe::testing

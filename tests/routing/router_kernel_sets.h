@@ -15,8 +15,7 @@ namespace moe::testing {
 struct RouterKernelSet {
   std::string name;
   cpu::RouterKernel kernel;
-  // Adds each product with one fused multiply-add: every path but plain, whose rounding depends
-  // on the library's compile target.
+  // Adds each product with one fused multiply-add; plain rounds the product, then the sum.
   bool fused = true;
 };
 

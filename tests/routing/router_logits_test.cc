@@ -196,47 +196,66 @@ TEST(RouterLogits, WithinTheF32SummationBoundOnNormalInputs) {
   }
 }
 
-// The order router_kernel.h promises, bit for bit: logit = fma(x_h, w_h, ...) for h ascending
-// from 0, then + bias, in f32. Sizes cross the hidden chunks (256), several work items and every
-// tile remainder.
-TEST(RouterLogits, FusedPathsAddEachProductInAscendingH) {
+// The order router_kernel.h promises, bit for bit: logit = x_0 w_0 + x_1 w_1 + ... added in
+// ascending h from 0, then + bias, in f32; fused (one std::fma per product) on every path but
+// plain, which rounds each product and then each sum. Sizes cross the hidden chunks (256),
+// several work items, both panel widths and every tile remainder.
+TEST(RouterLogits, EveryPathAddsEachProductInAscendingH) {
   const GemmCase cases[] = {
       {29, 40, 700, DType::kBF16, DType::kBF16, true},
       {13, 130, 513, DType::kF32, DType::kF16, false},
       {7, 2, 2048, DType::kF16, DType::kF32, true},
+      {9, 8, 64, DType::kF32, DType::kF32, false},
   };
   uint64_t seed = 300;
   for (const GemmCase& c : cases) {
     ++seed;
     SCOPED_TRACE(describe(c, seed) + "; reproduce: moe_tests --gtest_filter=" +
-                 "RouterLogits.FusedPathsAddEachProductInAscendingH");
+                 "RouterLogits.EveryPathAddsEachProductInAscendingH");
     const Tensor hidden =
         testing::random_normal(c.hidden_dtype, {c.num_tokens, c.hidden_size}, seed);
     const Tensor weight =
         testing::random_normal(c.weight_dtype, {c.num_experts, c.hidden_size}, seed + 1, 0.05f);
     const Tensor bias = testing::random_normal(DType::kF32, {c.num_experts}, seed + 2);
     const float* b = c.bias ? bias.data<float>() : nullptr;
-    std::vector<float> expected(static_cast<size_t>(c.num_tokens * c.num_experts));
-    for (int64_t t = 0; t < c.num_tokens; ++t) {
-      for (int64_t e = 0; e < c.num_experts; ++e) {
-        float sum = 0;
-        for (int64_t h = 0; h < c.hidden_size; ++h) {
-          sum = std::fma(static_cast<float>(testing::element(hidden, t * c.hidden_size + h)),
-                         static_cast<float>(testing::element(weight, e * c.hidden_size + h)), sum);
+    // [fused?][M * E]
+    std::vector<float> expected[2];
+    for (int fused = 0; fused < 2; ++fused) {
+      for (int64_t t = 0; t < c.num_tokens; ++t) {
+        for (int64_t e = 0; e < c.num_experts; ++e) {
+          float sum = 0;
+          for (int64_t h = 0; h < c.hidden_size; ++h) {
+            const auto x = static_cast<float>(testing::element(hidden, t * c.hidden_size + h));
+            const auto w = static_cast<float>(testing::element(weight, e * c.hidden_size + h));
+            if (fused) {
+              sum = std::fma(x, w, sum);
+            } else {
+              // Two statements: no compiler fuses across them.
+              const float product = x * w;
+              sum += product;
+            }
+          }
+          expected[fused].push_back(b ? sum + b[e] : sum);
         }
-        expected[static_cast<size_t>(t * c.num_experts + e)] = b ? sum + b[e] : sum;
       }
     }
     for (const RouterKernelSet& set : testing::runnable_router_kernels()) {
-      if (!set.fused) continue;
+      const std::vector<float>& want = expected[set.fused ? 1 : 0];
       const auto forms = run_both_forms(set, c, hidden, weight, b, 2);
       for (size_t form = 0; form < forms.size(); ++form) {
         const std::vector<float>& got = forms[form];
         for (size_t i = 0; i < got.size(); ++i) {
-          ASSERT_EQ(std::memcmp(&got[i], &expected[i], sizeof(float)), 0)
-              << set.name << ", " << kFormNames[form] << ": logit " << i << " expected "
-              << expected[i] << ", got " << got[i];
+          ASSERT_EQ(std::memcmp(&got[i], &want[i], sizeof(float)), 0)
+              << set.name << ", " << kFormNames[form] << ": logit " << i << " expected " << want[i]
+              << ", got " << got[i];
         }
+      }
+      // Each token alone, as decode runs it.
+      const Tensor panels = pack(c, weight);
+      for (int64_t t = 0; t < c.num_tokens; ++t) {
+        const std::vector<float> alone = run_cpu(set, c, hidden, t, 1, weight, &panels, b, 1);
+        ASSERT_TRUE(same_bits(alone, want.data() + t * c.num_experts))
+            << set.name << ": token " << t << " alone";
       }
     }
   }
@@ -270,29 +289,34 @@ TEST(RouterLogits, BitwiseIndependentOfTheThreadCount) {
 // A token's logits alone, in a slice of the batch and in the whole batch, on the packed or the
 // plain weight: the same bits.
 TEST(RouterLogits, BitwiseIndependentOfTheBatch) {
-  const GemmCase c{61, 200, 300, DType::kF16, DType::kBF16, true};
-  SCOPED_TRACE(describe(c, 21));
-  const Tensor hidden = testing::random_normal(c.hidden_dtype, {c.num_tokens, c.hidden_size}, 21);
-  const Tensor weight = testing::random_normal(c.weight_dtype, {c.num_experts, c.hidden_size}, 22);
-  const Tensor bias = testing::random_normal(DType::kF32, {c.num_experts}, 23);
-  const Tensor panels = pack(c, weight);
-  const float* b = bias.data<float>();
-  const size_t E = static_cast<size_t>(c.num_experts);
-  for (const RouterKernelSet& set : testing::runnable_router_kernels()) {
-    const std::vector<float> batch =
-        run_cpu(set, c, hidden, 0, c.num_tokens, weight, &panels, b, 2);
-    for (int64_t t = 0; t < c.num_tokens; ++t) {
-      const std::vector<float> alone = run_cpu(set, c, hidden, t, 1, weight, &panels, b, 2);
-      ASSERT_TRUE(same_bits(alone, batch.data() + t * E)) << set.name << ": token " << t;
-      // As route() runs a few tokens: on the plain weight.
-      const std::vector<float> unpacked = run_cpu(set, c, hidden, t, 1, weight, nullptr, b, 2);
-      ASSERT_TRUE(same_bits(unpacked, batch.data() + t * E))
-          << set.name << ": token " << t << " on the unpacked weight";
+  // Panels of 16 experts over two groups, and of 8.
+  const GemmCase cases[] = {{61, 200, 300, DType::kF16, DType::kBF16, true},
+                            {37, 5, 300, DType::kF32, DType::kF32, false}};
+  for (const GemmCase& c : cases) {
+    SCOPED_TRACE(describe(c, 21));
+    const Tensor hidden = testing::random_normal(c.hidden_dtype, {c.num_tokens, c.hidden_size}, 21);
+    const Tensor weight =
+        testing::random_normal(c.weight_dtype, {c.num_experts, c.hidden_size}, 22);
+    const Tensor bias = testing::random_normal(DType::kF32, {c.num_experts}, 23);
+    const Tensor panels = pack(c, weight);
+    const float* b = c.bias ? bias.data<float>() : nullptr;
+    const size_t E = static_cast<size_t>(c.num_experts);
+    for (const RouterKernelSet& set : testing::runnable_router_kernels()) {
+      const std::vector<float> batch =
+          run_cpu(set, c, hidden, 0, c.num_tokens, weight, &panels, b, 2);
+      for (int64_t t = 0; t < c.num_tokens; ++t) {
+        const std::vector<float> alone = run_cpu(set, c, hidden, t, 1, weight, &panels, b, 2);
+        ASSERT_TRUE(same_bits(alone, batch.data() + t * E)) << set.name << ": token " << t;
+        // As route() runs a few tokens: on the plain weight.
+        const std::vector<float> unpacked = run_cpu(set, c, hidden, t, 1, weight, nullptr, b, 2);
+        ASSERT_TRUE(same_bits(unpacked, batch.data() + t * E))
+            << set.name << ": token " << t << " on the unpacked weight";
+      }
+      const int64_t first = 7, count = 30;
+      const std::vector<float> slice = run_cpu(set, c, hidden, first, count, weight, &panels, b, 3);
+      EXPECT_TRUE(same_bits(slice, batch.data() + first * E))
+          << set.name << ": tokens " << first << ".." << first + count - 1;
     }
-    const int64_t first = 7, count = 30;
-    const std::vector<float> slice = run_cpu(set, c, hidden, first, count, weight, &panels, b, 3);
-    EXPECT_TRUE(same_bits(slice, batch.data() + first * E))
-        << set.name << ": tokens " << first << ".." << first + count - 1;
   }
 }
 

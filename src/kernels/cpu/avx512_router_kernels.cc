@@ -1,6 +1,9 @@
 // The avx512 router path: router_tile.h compiled for AVX-512F with the Avx512RouterShape
-// blocking. The same template and shape also run on AVX2 machines: tests/routing compiles them for
-// AVX2, so only this file's target needs AVX-512.
+// blocking, every multiply-add one vfmadd (on ZMM, and on YMM for panels of 8). The same template
+// and shape also run on AVX2 machines: tests/routing compiles them for AVX2, so only this file's
+// target and its multiply-add need AVX-512.
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -16,7 +19,20 @@
 
 namespace moe::cpu {
 
-RouterKernel avx512_router_kernel() { return router_kernel_for<Avx512RouterShape>(); }
+namespace {
+
+struct Avx512Madd {
+  static void madd(RouterVectors<16>::Floats& acc, float x, const RouterVectors<16>::Floats& w) {
+    acc = _mm512_fmadd_ps(_mm512_set1_ps(x), w, acc);
+  }
+  static void madd(RouterVectors<8>::Floats& acc, float x, const RouterVectors<8>::Floats& w) {
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(x), w, acc);
+  }
+};
+
+}  // namespace
+
+RouterKernel avx512_router_kernel() { return router_kernel_for<Avx512RouterShape, Avx512Madd>(); }
 
 }  // namespace moe::cpu
 

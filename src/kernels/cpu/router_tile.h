@@ -5,8 +5,11 @@
 //
 // A call holds kRows rows x kPanels panels of kWidth experts in registers. Per step along h it
 // loads each panel's weights once and broadcasts each row's x[r, h] once:
-//   acc[r][p] += x[r, h] * panel p [h]     (one multiply-add per lane)
+//   Madd::madd(acc[r][p], x[r, h], panel p [h]): acc += x * w per lane
 // so kRows * kPanels * kWidth / kLanes multiply-adds per kRows + kPanels * kWidth / kLanes loads.
+// The includer's Madd says how a multiply-add rounds: with an FMA intrinsic on avx2 and avx512,
+// never by the compiler's choice (-ffp-contract=fast fuses some multiply-adds of a function and
+// not others, and then a logit would depend on the tile its token fell in).
 //
 // NOTE: everything here has internal linkage (an unnamed namespace in a header) on purpose. Each
 // includer compiles its own copy for its own target; a shared inline definition would let the
@@ -29,7 +32,7 @@ struct RouterVectors {
 };
 
 // Rows 0..kRows-1 of the call times panels first .. first + kPanels - 1, of kWidth experts each.
-template <int kLanes, int kWidth, int kRows, int kPanels>
+template <typename Madd, int kLanes, int kWidth, int kRows, int kPanels>
 void router_tile(const RouterTileArgs& t, int64_t first) {
   using Floats = typename RouterVectors<kLanes>::Floats;
   constexpr int kVectorsPerPanel = kWidth / kLanes;
@@ -56,7 +59,7 @@ void router_tile(const RouterTileArgs& t, int64_t first) {
     }
     for (int r = 0; r < kRows; ++r) {
       const float x = t.x[r * t.x_stride + s];
-      for (int v = 0; v < kVectors; ++v) acc[r][v] += x * wv[v];
+      for (int v = 0; v < kVectors; ++v) Madd::madd(acc[r][v], x, wv[v]);
     }
   }
   for (int r = 0; r < kRows; ++r) {
@@ -72,18 +75,18 @@ constexpr int kMinAccumulators = 8;
 // Dispatches t.rows (1..kRows) to the tile compiled for exactly that many rows. Panels go
 // kPanels at a time, or more for few rows (decode), so that a call has kMinAccumulators chains;
 // then one at a time.
-template <int kLanes, int kWidth, int kRows, int kPanels>
+template <typename Madd, int kLanes, int kWidth, int kRows, int kPanels>
 void router_rows(const RouterTileArgs& t) {
   if constexpr (kRows > 1) {
-    if (t.rows < kRows) return router_rows<kLanes, kWidth, kRows - 1, kPanels>(t);
+    if (t.rows < kRows) return router_rows<Madd, kLanes, kWidth, kRows - 1, kPanels>(t);
   }
   constexpr int kPanelsPerCall = std::max(kPanels, kMinAccumulators * kLanes / (kRows * kWidth));
   int64_t p = 0;
   for (; p + kPanelsPerCall <= t.num_panels; p += kPanelsPerCall) {
-    router_tile<kLanes, kWidth, kRows, kPanelsPerCall>(t, p);
+    router_tile<Madd, kLanes, kWidth, kRows, kPanelsPerCall>(t, p);
   }
   if constexpr (kPanelsPerCall > 1) {
-    for (; p < t.num_panels; ++p) router_tile<kLanes, kWidth, kRows, 1>(t, p);
+    for (; p < t.num_panels; ++p) router_tile<Madd, kLanes, kWidth, kRows, 1>(t, p);
   }
 }
 
@@ -134,12 +137,13 @@ void router_transpose(const float* rows, int64_t row_stride, int64_t steps, int6
   }
 }
 
-template <typename Shape>
+template <typename Shape, typename Madd>
 void router_run(const RouterTileArgs& t) {
   if (t.panel_width == kRouterNarrowPanelWidth) {
-    return router_rows<Shape::kNarrowLanes, kRouterNarrowPanelWidth, Shape::kNarrowRows, 1>(t);
+    return router_rows<Madd, Shape::kNarrowLanes, kRouterNarrowPanelWidth, Shape::kNarrowRows, 1>(
+        t);
   }
-  router_rows<Shape::kLanes, kRouterPanelWidth, Shape::kMaxRows, Shape::kPanels>(t);
+  router_rows<Madd, Shape::kLanes, kRouterPanelWidth, Shape::kMaxRows, Shape::kPanels>(t);
 }
 
 // The register blocking of each path: kMaxRows rows x kPanels panels of kLanes-wide vectors on
@@ -175,7 +179,9 @@ struct Avx512RouterShape {
   static constexpr int kNarrowRows = 12;
 };
 
-template <typename Shape>
+// Madd::madd(acc, x, w) does acc += x * w per lane, for vectors of Shape::kLanes and
+// Shape::kNarrowLanes lanes.
+template <typename Shape, typename Madd>
 RouterKernel router_kernel_for() {
   static_assert(Shape::kMaxRows <= kRouterMaxRows && Shape::kNarrowRows <= kRouterMaxRows);
   static_assert(kRouterPanelWidth % Shape::kLanes == 0);
@@ -183,7 +189,7 @@ RouterKernel router_kernel_for() {
   RouterKernel kernel;
   kernel.max_rows_wide = Shape::kMaxRows;
   kernel.max_rows_narrow = Shape::kNarrowRows;
-  kernel.run = &router_run<Shape>;
+  kernel.run = &router_run<Shape, Madd>;
   kernel.transpose = &router_transpose;
   return kernel;
 }
