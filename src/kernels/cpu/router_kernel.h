@@ -4,11 +4,11 @@
 //
 //   acc[r, width * p + c] (+)= sum over s in [0, steps) of x[r, s] * panel p [s, c]
 //
-// Each output adds its products one multiply-add at a time in ascending h (fused on avx2 and
-// avx512; plain fuses where its compile target has FMA), and the driver carries the sums from one
-// range of h to the next exactly, as f32. So a logit depends only on its token's row and its
-// expert's weights: not on the rows or panels that share a call, the thread, the panel width or
-// the path's vector width (avx2 and avx512 give the same bits).
+// Each output adds its products one multiply-add at a time in ascending h (one FMA instruction on
+// avx2 and avx512; plain rounds the product, then the sum, in every build), and the driver carries
+// the sums from one range of h to the next exactly, as f32. So a logit depends only on its token's
+// row and its expert's weights: not on the rows or panels that share a call, the thread, the panel
+// width or the path's vector width (avx2 and avx512 give the same bits; plain its own).
 //
 // Variants: plain_router_kernels.cc, avx2_router_kernels.cc, avx512_router_kernels.cc over the
 // shared template router_tile.h. Tested in tests/routing/router_logits_test.cc.
