@@ -8,6 +8,7 @@
 
 #include "kernels/cpu/routing.h"
 #include "kernels/reference/routing.h"
+#include "moe/cpu_isa.h"
 #include "moe/error.h"
 
 #ifdef MOE_WITH_CUDA
@@ -141,11 +142,25 @@ void run_cpu(const Job& job) {
   }
   std::vector<float> computed;  // [M, E] router logits
   const float* logits = job.logits;
-  if (job.hidden) {
+  // An empty batch (a layer checking its weights) packs nothing.
+  if (job.hidden && job.num_tokens > 0) {
+    const int64_t H = job.hidden->size(1);
     computed.resize(static_cast<size_t>(job.num_tokens * c.num_experts));
-    cpu::router_logits(job.hidden->data, job.hidden->dtype, job.router_weight->data,
-                       job.router_weight->dtype, job.router_bias, job.num_tokens,
-                       job.hidden->size(1), c.num_experts, computed.data(), job.num_threads);
+    // A layer packs its router once. A single call converts the weights as it goes when they
+    // pass through it once anyway, and packs them first when they would pass several times.
+    const cpu::RouterKernel kernel = cpu::router_kernel(resolve_cpu_isa());
+    const TensorView& weight = *job.router_weight;
+    if (job.num_tokens <= cpu::kRouterBlockTokens) {
+      cpu::router_logits_unpacked(kernel, job.hidden->data, job.hidden->dtype, weight.data,
+                                  weight.dtype, job.router_bias, job.num_tokens, H, c.num_experts,
+                                  computed.data(), job.num_threads);
+    } else {
+      const Tensor panels =
+          cpu::pack_router_weight(weight.data, weight.dtype, c.num_experts, H, job.num_threads);
+      cpu::router_logits(kernel, job.hidden->data, job.hidden->dtype, panels.data<float>(),
+                         job.router_bias, job.num_tokens, H, c.num_experts, computed.data(),
+                         job.num_threads);
+    }
     logits = computed.data();
   }
   cpu::select_experts(c, logits, job.num_tokens, job.correction_bias, job.topk_ids,

@@ -70,6 +70,8 @@ struct EpMoeLayer::State {
   ValidatedExperts experts;         // the problem template, weights checked once
   cpu::PackedExperts packed;        // the local and shared experts, as MoeLayer packs them
   cpu::ExpertKernels kernels;       // of the chosen instruction set
+  cpu::RouterKernel router_kernel;  // of the same instruction set
+  Tensor router_panels;             // the router packed once, f32 panels (kernels/cpu/routing.h)
   int num_threads = 1;
   int64_t block_m = cpu::kDefaultBlockM;
 
@@ -118,7 +120,9 @@ EpMoeLayer::EpMoeLayer(MoeConfig config, LayerWeights local_weights, ExpertMap m
                              TensorView(s.kernel_map.data(), DType::kI32, {s.map.num_slots()}));
   s.num_threads = cpu::resolve_num_threads(options_.num_threads);
   if (options_.block_m > 0) s.block_m = options_.block_m;
-  s.kernels = cpu::expert_kernels(resolve_cpu_isa(options_.cpu_isa), s.weights.w13.dtype());
+  const CpuIsa isa = resolve_cpu_isa(options_.cpu_isa);
+  s.kernels = cpu::expert_kernels(isa, s.weights.w13.dtype());
+  s.router_kernel = cpu::router_kernel(isa);
   s.packed = cpu::PackedExperts::pack(s.experts.problem, s.num_threads);
   // Only the packed copy stays with the layer.
   for (Tensor* plain :
@@ -134,6 +138,9 @@ EpMoeLayer::EpMoeLayer(MoeConfig config, LayerWeights local_weights, ExpertMap m
   const TensorView no_hidden(nullptr, s.weights.router.dtype(), {0, config_.experts.hidden_size});
   route(r, no_hidden, s.weights.router, inputs, TensorView(nullptr, DType::kI32, {0, r.top_k}),
         TensorView(nullptr, DType::kF32, {0, r.top_k}), {}, Backend::kCpu, s.num_threads);
+  s.router_panels =
+      cpu::pack_router_weight(s.weights.router.data<void>(), s.weights.router.dtype(),
+                              r.num_experts, config_.experts.hidden_size, s.num_threads);
 
   const int num_dispatchers = options_.two_batch_overlap ? 2 : 1;
   for (int i = 0; i < num_dispatchers; ++i) {
@@ -211,7 +218,7 @@ void EpMoeLayer::forward(const TensorView& hidden, const TensorView& out) {
       s.logits.resize(static_cast<size_t>(M * r.num_experts));
     }
     const LayerWeights& w = s.weights;
-    cpu::router_logits(hidden.data, hidden.dtype, w.router.data<void>(), w.router.dtype(),
+    cpu::router_logits(s.router_kernel, hidden.data, hidden.dtype, s.router_panels.data<float>(),
                        w.router_bias.defined() ? w.router_bias.data<float>() : nullptr, M, H,
                        r.num_experts, s.logits.data(), s.num_threads);
     cpu::select_experts(r, s.logits.data(), M,
