@@ -30,10 +30,23 @@ struct F16LoadOnAvx2 {
   }
 };
 
+// A 16-lane multiply-add as two YMM vfmadds: the same rounding as one on a ZMM.
+struct MaddOnAvx2 {
+  using Floats = cpu::FmaVectors<16>::Floats;
+  static void madd(Floats& acc, float x, const Floats& w) {
+    const __m256 broadcast = _mm256_set1_ps(x);
+    __m256 halves[2], weights[2];
+    std::memcpy(halves, &acc, sizeof halves);
+    std::memcpy(weights, &w, sizeof weights);
+    for (int h = 0; h < 2; ++h) halves[h] = _mm256_fmadd_ps(broadcast, weights[h], halves[h]);
+    std::memcpy(&acc, halves, sizeof halves);
+  }
+};
+
 }  // namespace
 
 cpu::ExpertKernels avx512_logic_on_avx2_kernels(DType weight_dtype) {
-  return cpu::fma_expert_kernels<cpu::Avx512FmaShape, F16LoadOnAvx2>(weight_dtype);
+  return cpu::fma_expert_kernels<cpu::Avx512FmaShape, F16LoadOnAvx2, MaddOnAvx2>(weight_dtype);
 }
 
 }  // namespace moe::testing

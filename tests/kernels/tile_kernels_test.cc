@@ -1,7 +1,8 @@
 // Each tile kernel on its own: one packed panel pair times blocks of every row count it accepts,
 // for k one below, at and above every vector and tile width. Inputs are small integers, so every
 // product and partial sum is exact in f32 (and the inputs exact in bf16): each kernel must match
-// the integer dot products bit for bit, whatever its accumulation order.
+// the integer dot products bit for bit, whatever its accumulation order. The f32 FMA kernels are
+// also held to their rounding on random reals: one fused multiply-add per step, ascending k.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -16,16 +17,29 @@
 namespace moe::testing {
 namespace {
 
+// What check_tile fills the inputs with, and what it compares each output with.
+enum class Expect {
+  kExactIntegers,  // small integers: the exact dot product
+  kFmaChain,       // random reals: std::fma(a, w, acc) from zero in ascending k, in f32
+};
+
 // Runs one kernel on rows x k inputs and a 32 x k weight matrix; fails on the first output that
-// differs from the exact integer result.
+// differs from the expected result.
 void check_tile(const KernelSet& set, const cpu::TileKernel& kernel, DType weight_dtype, int64_t k,
-                int64_t rows, uint64_t seed) {
+                int64_t rows, uint64_t seed, Expect expect = Expect::kExactIntegers) {
   SCOPED_TRACE(set.name + " weights=" + std::string(dtype_name(weight_dtype)) +
                " k=" + std::to_string(k) + " rows=" + std::to_string(rows) +
                " seed=" + std::to_string(seed));
   const cpu::PackedLayout layout = cpu::plain_layout(weight_dtype, cpu::kPairWidth, k);
   Tensor w(weight_dtype, {cpu::kPairWidth, k});
-  fill_small_ints(w, seed, -4, 4);
+  Tensor values(DType::kF32, {rows, k});
+  if (expect == Expect::kExactIntegers) {
+    fill_small_ints(w, seed, -4, 4);
+    fill_small_ints(values, seed + 1, -4, 4);
+  } else {
+    fill_normal(w, seed);
+    fill_normal(values, seed + 1);
+  }
   Tensor packed(DType::kU8, {layout.bytes()});
   cpu::pack_matrices(layout, w.data<void>(), 1, nullptr, packed.data<void>(), 1);
 
@@ -34,8 +48,6 @@ void check_tile(const KernelSet& set, const cpu::TileKernel& kernel, DType weigh
       (rows + kernel.row_multiple - 1) / kernel.row_multiple * kernel.row_multiple;
   Tensor a_f32(DType::kF32, {padded_rows, layout.k_padded});
   std::fill(a_f32.data<float>(), a_f32.data<float>() + a_f32.numel(), 0.0f);
-  Tensor values(DType::kF32, {rows, k});
-  fill_small_ints(values, seed + 1, -4, 4);
   for (int64_t r = 0; r < rows; ++r) {
     std::copy(values.data<float>() + r * k, values.data<float>() + (r + 1) * k,
               a_f32.data<float>() + r * layout.k_padded);
@@ -67,9 +79,15 @@ void check_tile(const KernelSet& set, const cpu::TileKernel& kernel, DType weigh
   const Tensor w_f32 = Tensor::copy_of(w, DType::kF32);
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t c = 0; c < cpu::kPairWidth; ++c) {
+      const float* x = values.data<float>() + r * k;
+      const float* wc = w_f32.data<float>() + c * k;
       double expected = 0;
-      for (int64_t i = 0; i < k; ++i) {
-        expected += double{values.data<float>()[r * k + i]} * w_f32.data<float>()[c * k + i];
+      if (expect == Expect::kExactIntegers) {
+        for (int64_t i = 0; i < k; ++i) expected += double{x[i]} * wc[i];
+      } else {
+        float chain = 0;
+        for (int64_t i = 0; i < k; ++i) chain = std::fma(x[i], wc[i], chain);
+        expected = chain;
       }
       const float got = acc[r * cpu::kPairWidth + c];
       ASSERT_EQ(got, expected) << "row " << r << " column " << c;
@@ -93,6 +111,27 @@ TEST(TileKernels, EveryRunnableKernelIsExactOnSmallIntegers) {
       check_kernel_set(set, weight_dtype);
     }
   }
+}
+
+// avx2 and avx512 promise the same bits for every row of every block size: each multiply-add is
+// their FMA instruction (the includer's Madd), not left to the compiler to fuse or not.
+TEST(TileKernels, FmaKernelsRoundOncePerMultiplyAdd) {
+  int checked = 0;
+  for (DType weight_dtype : {DType::kBF16, DType::kF32, DType::kF16}) {
+    for (const KernelSet& set : runnable_kernel_sets(weight_dtype)) {
+      if (set.name != "avx2" && set.name != "avx512" && set.name != "avx512-logic-on-avx2") {
+        continue;
+      }
+      uint64_t seed = 100;
+      for (int64_t k : {1, 17, 64, 65, 300}) {
+        for (int64_t rows = 1; rows <= set.kernels.tile.max_rows; ++rows) {
+          check_tile(set, set.kernels.tile, weight_dtype, k, rows, seed++, Expect::kFmaChain);
+        }
+      }
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 0) << "no FMA kernel set runs on this machine";
 }
 
 TEST(TileKernels, EveryPathOfThisMachineIsListed) {

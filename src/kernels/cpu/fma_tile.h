@@ -8,7 +8,11 @@
 //   bf16: 16 dwords holding (w[c, 2kk], w[c, 2kk + 1]); `bits << 16` is w[., 2kk] in f32 and
 //         `bits & 0xffff0000` is w[., 2kk + 1], exactly (bf16 is the top half of an f32)
 //   f32:  16 floats of w[., k];  f16: 16 halves widened by the includer's F16 loader
-// and every row does acc[r, c] += a[r, k] * w[c, k] in ascending k, one rounding per step.
+// and every row does acc[r, c] += a[r, k] * w[c, k] in ascending k, one rounding per step: the
+// includer's Madd (its target's FMA intrinsic), never the compiler's choice. Under
+// -ffp-contract=fast GCC may fuse the multiply-adds of some instantiations and not others (the
+// router's kernels showed it, router_tile.h), and then a row's result would depend on the size
+// of the block it was computed in.
 //
 // NOTE: everything here has internal linkage (an unnamed namespace in a header) on purpose. Each
 // includer compiles its own copy for its own target; a shared inline definition would let the
@@ -69,7 +73,8 @@ void store_accumulators(
 }
 
 // Panels first_panel .. first_panel + kPanels - 1 of the pair, bf16 weights, f32 rows.
-template <int kLanes, int kRows, int kPanels>
+// Madd::madd(acc, x, w): acc = acc + x * w with one rounding.
+template <int kLanes, int kRows, int kPanels, typename Madd>
 void fma_tile_bf16(const TileArgs& t, int first_panel) {
   using Floats = typename FmaVectors<kLanes>::Floats;
   using Bits = typename FmaVectors<kLanes>::Bits;
@@ -99,7 +104,7 @@ void fma_tile_bf16(const TileArgs& t, int first_panel) {
       }
       for (int r = 0; r < kRows; ++r) {
         const float x = a[r * t.a_stride + 2 * kk + half];
-        for (int v = 0; v < kVectors; ++v) acc[r][v] += x * w[v];
+        for (int v = 0; v < kVectors; ++v) Madd::madd(acc[r][v], x, w[v]);
       }
     }
   }
@@ -107,7 +112,7 @@ void fma_tile_bf16(const TileArgs& t, int first_panel) {
 }
 
 // The same for k-major f32 or f16 panels; Load::load(src, dst) widens kLanes weights to f32.
-template <int kLanes, int kRows, int kPanels, typename Load>
+template <int kLanes, int kRows, int kPanels, typename Load, typename Madd>
 void fma_tile_kmajor(const TileArgs& t, int first_panel) {
   using Floats = typename FmaVectors<kLanes>::Floats;
   constexpr int kVectorsPerPanel = kPanelWidth / kLanes;
@@ -128,7 +133,7 @@ void fma_tile_kmajor(const TileArgs& t, int first_panel) {
     }
     for (int r = 0; r < kRows; ++r) {
       const float x = a[r * t.a_stride + k];
-      for (int v = 0; v < kVectors; ++v) acc[r][v] += x * w[v];
+      for (int v = 0; v < kVectors; ++v) Madd::madd(acc[r][v], x, w[v]);
     }
   }
   store_accumulators<kLanes, kRows, kPanels>(acc, first_panel, t.acc);
@@ -144,26 +149,26 @@ struct F32Load {
 
 // Whole-pair kernels for a block of exactly kRows rows: both panels, kPanels at a time.
 // Weights: 0 = bf16, 1 = f32, 2 = f16 (through F16Load).
-template <int kLanes, int kRows, int kPanels, int kWeights, typename F16Load>
+template <int kLanes, int kRows, int kPanels, int kWeights, typename F16Load, typename Madd>
 void fma_pair(const TileArgs& t) {
   for (int first = 0; first < 2; first += kPanels) {
     if constexpr (kWeights == 0) {
-      fma_tile_bf16<kLanes, kRows, kPanels>(t, first);
+      fma_tile_bf16<kLanes, kRows, kPanels, Madd>(t, first);
     } else if constexpr (kWeights == 1) {
-      fma_tile_kmajor<kLanes, kRows, kPanels, F32Load<kLanes>>(t, first);
+      fma_tile_kmajor<kLanes, kRows, kPanels, F32Load<kLanes>, Madd>(t, first);
     } else {
-      fma_tile_kmajor<kLanes, kRows, kPanels, F16Load>(t, first);
+      fma_tile_kmajor<kLanes, kRows, kPanels, F16Load, Madd>(t, first);
     }
   }
 }
 
 // Dispatches t.rows (1..kRows) to the kernel compiled for exactly that many rows.
-template <int kLanes, int kRows, int kPanels, int kWeights, typename F16Load>
+template <int kLanes, int kRows, int kPanels, int kWeights, typename F16Load, typename Madd>
 void fma_rows(const TileArgs& t) {
   if constexpr (kRows > 1) {
-    if (t.rows < kRows) return fma_rows<kLanes, kRows - 1, kPanels, kWeights, F16Load>(t);
+    if (t.rows < kRows) return fma_rows<kLanes, kRows - 1, kPanels, kWeights, F16Load, Madd>(t);
   }
-  fma_pair<kLanes, kRows, kPanels, kWeights, F16Load>(t);
+  fma_pair<kLanes, kRows, kPanels, kWeights, F16Load, Madd>(t);
 }
 
 // The register blocking of each FMA path: kMaxRows rows by kPanels panels per call of the
@@ -187,16 +192,18 @@ struct Avx512FmaShape {
   static constexpr double kFlopsPerByte = 12;
 };
 
-// The kernel set of the FMA path with blocking `Shape`.
-template <typename Shape, typename F16Load>
+// The kernel set of the FMA path with blocking `Shape`, f16 widening F16Load and multiply-add
+// Madd (both the includer's, for its target).
+template <typename Shape, typename F16Load, typename Madd>
 ExpertKernels fma_expert_kernels(DType weight_dtype) {
   constexpr int kLanes = Shape::kLanes, kMaxRows = Shape::kMaxRows, kPanels = Shape::kPanels;
   TileKernel kernel;
   kernel.a_dtype = DType::kF32;
   kernel.max_rows = kMaxRows;
-  kernel.run = weight_dtype == DType::kBF16  ? &fma_rows<kLanes, kMaxRows, kPanels, 0, F16Load>
-               : weight_dtype == DType::kF32 ? &fma_rows<kLanes, kMaxRows, kPanels, 1, F16Load>
-                                             : &fma_rows<kLanes, kMaxRows, kPanels, 2, F16Load>;
+  kernel.run = weight_dtype == DType::kBF16 ? &fma_rows<kLanes, kMaxRows, kPanels, 0, F16Load, Madd>
+               : weight_dtype == DType::kF32
+                   ? &fma_rows<kLanes, kMaxRows, kPanels, 1, F16Load, Madd>
+                   : &fma_rows<kLanes, kMaxRows, kPanels, 2, F16Load, Madd>;
   ExpertKernels kernels;
   kernels.tile = kernel;
   kernels.flops_per_byte = Shape::kFlopsPerByte;
