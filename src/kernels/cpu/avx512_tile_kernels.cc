@@ -1,7 +1,7 @@
 // The avx512 path: fma_tile.h compiled for AVX-512F with the Avx512FmaShape blocking, f16 weights
 // widened with vcvtph2ps, every multiply-add one vfmadd on a ZMM. The same template with the same
-// shape also runs on AVX2 machines: tests/kernels compiles it for AVX2, so only this file's target
-// and f16 loader need AVX-512.
+// shape also runs on AVX2 machines: tests/kernels compiles it for AVX2, so only this file's target,
+// f16 loader and multiply-add need AVX-512.
 #include <immintrin.h>
 
 #include <cstdint>
