@@ -104,7 +104,7 @@ TEST(MoeSum, MatchesAPlainLoopBitForBit) {
               c.shared = seed % 2 == 0;
               c.through_pointers = through_pointers;
               c.seed = seed++;
-              check_sum(c);
+              ASSERT_NO_FATAL_FAILURE(check_sum(c));
             }
           }
         }
