@@ -3,11 +3,12 @@
 // dispatchers, bf16 hidden states, uniform routing over contiguous experts.
 //
 // Each figure is the slowest rank's median time of dispatch + combine and the bytes rank 0 sent
-// to the other ranks (rows, records and counts, then f32 results) over that time. Two floors are
-// measured in the same run: the same bytes per peer through one plain all-to-all of the same
-// communicator (what a perfect dispatcher would still pay on this transport), and every rank's
-// bytes read once and written once at the memcpy bandwidth of one rank alone (the memory floor
-// of any copy between processes of one host). Each is printed as floor time / our time.
+// to the other ranks (rows, records and counts, then bf16 results, as a bf16 layer's experts
+// return them) over that time. Two floors are measured in the same run: the same bytes per peer
+// through one plain all-to-all of the same communicator (what a perfect dispatcher would still pay
+// on this transport), and every rank's bytes read once and written once at the memcpy bandwidth of
+// one rank alone (the memory floor of any copy between processes of one host). Each is printed as
+// floor time / our time.
 //
 // Run: mpirun -np 2 build/release/bench/moe_bench_ep [--tokens 128,4096] [--iterations 5]
 #include <algorithm>
@@ -97,7 +98,7 @@ Result measure(Communicator& comm, const Shape& shape, int64_t tokens, Dispatche
   in.topk_ids = ids.data();
   in.topk_weights = weights.data();
   in.num_tokens = tokens;
-  std::vector<float> results;
+  std::vector<uint16_t> results;  // bf16, as a bf16 layer's experts return them
 
   std::vector<double> times;
   EpStepStats stats;
@@ -115,7 +116,7 @@ Result measure(Communicator& comm, const Shape& shape, int64_t tokens, Dispatche
     if (static_cast<int64_t>(results.size()) < received.num_pairs * H) {
       results.resize(static_cast<size_t>(received.num_pairs * H));
     }
-    dispatcher->start_combine(results.data(), stats);
+    dispatcher->start_combine(results.data(), DType::kBF16, stats);
     dispatcher->finish_combine(stats);
     if (i >= 2) times.push_back(seconds_since(start));
   }
@@ -180,7 +181,7 @@ int run(MpiSession& session, int argc, char** argv) {
   const double copy = root ? memcpy_bandwidth() : 0;
   if (root) {
     fmt::print(
-        "moe_bench_ep: {} ranks ({}), bf16 rows, f32 results; memcpy {:.1f} GB/s (read + "
+        "moe_bench_ep: {} ranks ({}), bf16 rows, bf16 results; memcpy {:.1f} GB/s (read + "
         "write, one rank alone)\n\n",
         comm->size(), comm->name(), copy * 1e-9);
     fmt::print("{:<15} {:>6} {:>4} | {:>10} {:>9} {:>7} | {:>9} {:>7} | {:>6} {:>7}\n", "model",

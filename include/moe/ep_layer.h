@@ -11,10 +11,11 @@
 //   experts   each rank runs gemm1, act, gemm2 (router weight applied) on the pairs it received,
 //             reading the received rows in place; the blocks of other ranks' slots are skipped
 //             through the kernels' expert_map.
-//   combine   the f32 result of every pair goes back to its source rank, which sums each token's
-//             k results in ascending j (then the shared experts, computed locally) exactly as
-//             the single-process layer does: for f32, bf16 and f16 alike the output is bitwise
-//             the same as MoeLayer's for the same weights and tokens.
+//   combine   the result of every pair goes back to its source rank (bf16 for a bf16 layer, else
+//             f32: the row the single-process layer's sum reads), which sums each token's k
+//             results in ascending j (then the shared experts, computed locally) exactly as the
+//             single-process layer does: for f32, bf16 and f16 alike the output is bitwise the
+//             same as MoeLayer's for the same weights and tokens.
 //
 // Two dispatchers, after DeepEP's two modes:
 //   high-throughput  (prefill) one all-to-all of per-peer counts, then all-to-alls of the records

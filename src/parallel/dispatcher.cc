@@ -119,9 +119,10 @@ ReceivedPairs Dispatcher::finish_dispatch(EpStepStats& stats) {
   return received;
 }
 
-void Dispatcher::start_combine(const float* results, EpStepStats& stats) {
-  results_ = results;
-  const int64_t bytes = hidden_size_ * static_cast<int64_t>(sizeof(float));
+void Dispatcher::start_combine(const void* results, DType dtype, EpStepStats& stats) {
+  results_ = static_cast<const char*>(results);
+  results_dtype_ = dtype;
+  const int64_t bytes = hidden_size_ * static_cast<int64_t>(dtype_size(dtype));
   int64_t pairs_before = 0;
   for (int p = 0; p < comm_.size(); ++p) {
     const size_t i = static_cast<size_t>(p);
@@ -134,7 +135,7 @@ void Dispatcher::start_combine(const float* results, EpStepStats& stats) {
     stats.combine_bytes_sent[i] += combine_send_counts_[i];
     stats.combine_bytes_received[i] += combine_recv_counts_[i];
   }
-  float* received = grown(combine_received_, plan_.num_pairs * hidden_size_);
+  char* received = grown(combine_received_, plan_.num_pairs * bytes);
   combine_ = comm_.start_all_to_all_v(results, {combine_send_counts_, combine_send_displs_},
                                       received, {combine_recv_counts_, combine_recv_displs_});
 }
@@ -145,14 +146,15 @@ CombinedPairs Dispatcher::finish_combine(EpStepStats& stats) {
   // Each pair's result: back from its expert's rank, or in place in this rank's experts' output.
   const int me = comm_.rank();
   const int64_t own_begin = plan_.pair_offsets[me], own_end = plan_.pair_offsets[me + 1];
-  const float** rows = grown(result_ptrs_, plan_.num_pairs);
+  const int64_t bytes = hidden_size_ * static_cast<int64_t>(dtype_size(results_dtype_));
+  const void** rows = grown(result_ptrs_, plan_.num_pairs);
   for (int64_t p = 0; p < plan_.num_pairs; ++p) {
     const int64_t index = plan_.combine_index[static_cast<size_t>(p)];
     rows[p] = index >= own_begin && index < own_end
-                  ? results_ + (own_first_pair_ + index - own_begin) * hidden_size_
-                  : combine_received_.data() + index * hidden_size_;
+                  ? results_ + (own_first_pair_ + index - own_begin) * bytes
+                  : combine_received_.data() + index * bytes;
   }
-  return {rows};
+  return {rows, results_dtype_};
 }
 
 std::unique_ptr<Dispatcher> make_dispatcher(DispatcherKind kind, Communicator& comm,

@@ -1,9 +1,9 @@
 // Dispatch and combine of one micro-batch, over host buffers and any Communicator. The base class
 // holds what both dispatchers share: the plan, the packing of the rows, the checks and the index
 // of what arrived, and combine (whose sizes both sides already know, so it is one exact
-// all-to-all of f32 rows). The two subclasses differ in how the rows and records travel:
-// high_throughput_dispatcher.h (a count exchange, then exact sizes) and low_latency_dispatcher.h
-// (fixed slots, no count exchange).
+// all-to-all of the experts' result rows, in cache3's dtype: bf16 for a bf16 layer, else f32). The
+// two subclasses differ in how the rows and records travel: high_throughput_dispatcher.h (a count
+// exchange, then exact sizes) and low_latency_dispatcher.h (fixed slots, no count exchange).
 //
 // A rank's pairs for its own experts never travel: its experts read those rows in place in the
 // batch, and its sum reads their results in place in the experts' output (as DeepEP keeps local
@@ -55,8 +55,9 @@ struct ReceivedPairs {
 
 // This rank's pairs back from their experts.
 struct CombinedPairs {
-  const float* const* pair_rows = nullptr;  // [num_tokens * k]: the f32 result of the slice's
-                                            // pair p (H values)
+  const void* const* pair_rows = nullptr;  // [num_tokens * k]: the result of the slice's pair p
+                                           // (H values of dtype)
+  DType dtype = DType::kF32;               // the results' dtype, as start_combine was given
 };
 
 class Dispatcher {
@@ -67,9 +68,10 @@ class Dispatcher {
 
   void start_dispatch(const DispatchInput& input, EpStepStats& stats);
   ReceivedPairs finish_dispatch(EpStepStats& stats);
-  // results [received num_pairs, H] f32 in ReceivedPairs order; must stay valid until
-  // finish_combine returns.
-  void start_combine(const float* results, EpStepStats& stats);
+  // results [received num_pairs, H] of dtype (f32 or bf16: cache3's, cpu::cache3_dtype) in
+  // ReceivedPairs order; must stay valid until finish_combine returns. Every rank of a step
+  // passes the same dtype (that of the layer's output).
+  void start_combine(const void* results, DType dtype, EpStepStats& stats);
   CombinedPairs finish_combine(EpStepStats& stats);
 
  protected:
@@ -105,16 +107,18 @@ class Dispatcher {
 
   // Buffers that only grow (the low-latency dispatcher sizes them once, up front).
   std::vector<char> send_rows_;                 // [rows, H] of dtype, dense by destination
-  std::vector<float> combine_received_;         // [num_pairs, H], in record order
+  std::vector<char> combine_received_;          // [num_pairs, H] of the results' dtype, in
+                                                // record order
   std::vector<const void*> received_row_ptrs_;  // [received pairs]
   std::vector<int32_t> received_slots_;
   std::vector<float> received_weights_;
-  std::vector<const float*> result_ptrs_;  // [num_pairs]
+  std::vector<const void*> result_ptrs_;  // [num_pairs]
 
  private:
-  const char* hidden_ = nullptr;    // the batch of the current dispatch
-  const float* results_ = nullptr;  // the experts' output of the current combine
-  int64_t own_first_pair_ = 0;      // where this rank's own pairs start in the received order
+  const char* hidden_ = nullptr;   // the batch of the current dispatch
+  const char* results_ = nullptr;  // the experts' output of the current combine
+  DType results_dtype_ = DType::kF32;
+  int64_t own_first_pair_ = 0;  // where this rank's own pairs start in the received order
   std::vector<int64_t> combine_send_counts_, combine_send_displs_;
   std::vector<int64_t> combine_recv_counts_, combine_recv_displs_;
   std::unique_ptr<CommRequest> combine_;

@@ -302,9 +302,10 @@ void EpMoeLayer::run_routed(const TensorView& hidden, const TensorView& out) {
     StageTimer timer(st.dispatch_us);
     return s.dispatchers[i]->finish_dispatch(st);
   };
-  const auto send_back = [&](int i, const float* results) {
+  const DType results_dtype = cpu::cache3_dtype(out.dtype);
+  const auto send_back = [&](int i, const void* results) {
     StageTimer timer(st.combine_us);
-    s.dispatchers[i]->start_combine(results, st);
+    s.dispatchers[i]->start_combine(results, results_dtype, st);
   };
   char* out_rows = static_cast<char*>(out.data);
   const size_t out_bytes = dtype_size(out.dtype);
@@ -316,8 +317,9 @@ void EpMoeLayer::run_routed(const TensorView& hidden, const TensorView& out) {
       combined = s.dispatchers[i]->finish_combine(st);
     }
     StageTimer timer(st.sum_us);
-    cpu::moe_sum(nullptr, combined.pair_rows, shared ? shared + first[i] * H : nullptr, count[i], k,
-                 H, out_rows + first[i] * H * out_bytes, out.dtype, s.num_threads);
+    cpu::moe_sum(nullptr, combined.pair_rows, combined.dtype,
+                 shared ? shared + first[i] * H : nullptr, count[i], k, H,
+                 out_rows + first[i] * H * out_bytes, out.dtype, s.num_threads);
   };
 
   // NOTE: the order of communicator calls is the same on every rank (each micro-batch's

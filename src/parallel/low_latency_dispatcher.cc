@@ -16,13 +16,14 @@ LowLatencyDispatcher::LowLatencyDispatcher(Communicator& comm, const ExpertMap& 
          INT32_MAX / top_k, capacity);
   }
   const size_t n = static_cast<size_t>(comm.size());
-  // Every buffer at its largest, once: rows at 4 bytes per value cover every hidden dtype.
+  // Every buffer at its largest, once: rows at 4 bytes per value cover every hidden dtype, and
+  // every results dtype (f32 or bf16).
   const int64_t max_row_bytes = hidden_size * static_cast<int64_t>(sizeof(float));
   send_meta_.resize(n * static_cast<size_t>(meta_slot_bytes()));
   recv_meta_.resize(send_meta_.size());
   recv_rows_.resize(n * static_cast<size_t>(capacity * max_row_bytes));
   send_rows_.resize(recv_rows_.size());
-  combine_received_.resize(static_cast<size_t>(capacity * top_k * hidden_size));
+  combine_received_.resize(static_cast<size_t>(capacity * top_k * max_row_bytes));
   received_slots_.resize(n * static_cast<size_t>(capacity * top_k));
   received_row_ptrs_.resize(received_slots_.size());
   result_ptrs_.resize(static_cast<size_t>(capacity * top_k));

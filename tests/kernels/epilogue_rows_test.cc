@@ -1,13 +1,15 @@
 // The gemm epilogues of epilogue_rows.h, as every runnable kernel set compiles them (the bf16
 // paths' own builds, the emulated AMX set's, and this file's build standing in for the driver's):
 // SiLU against the float64 formula (bounds of gated_activation_test.cc), its bf16 output bit for
-// bit against moe::to_bf16 of its own f32 output, the scale epilogue bit for bit, and every
-// output row written at its id, only up to the width, nothing else touched.
+// bit against moe::to_bf16 of its own f32 output, the scale epilogue bit for bit against the f32
+// product (and moe::to_bf16 of it for bf16 out, streamed or not), and every output row written at
+// its id, only up to the width, nothing else touched.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <limits>
 #include <random>
 #include <span>
@@ -122,27 +124,38 @@ TEST(EpilogueRows, SiluMatchesTheFormulaAndRoundsToBf16LikeToBf16) {
   }
 }
 
-// With `stream`, whole rows go through non-temporal stores where a row is 16-byte aligned and
-// through a copy where it is not (out_offset 1): the same values either way.
-TEST(EpilogueRows, ScaleIsExactAndWritesOnlyItsRows) {
+// The scale epilogue into f32 (T = float) or bf16 (T = uint16_t) rows: each output bit for bit
+// the f32 product, or moe::to_bf16 of it. With `stream`, whole rows go through non-temporal stores
+// where a row is 16-byte aligned and through a copy where it is not (out_offset 1: 4 bytes off
+// for f32, 2 for bf16): the same values either way.
+template <typename T>
+void check_scale_rows(DType out_dtype, T poison, uint64_t& seed) {
   constexpr int64_t kStride = 48;
-  uint64_t seed = 100;
+  const auto expected_bits = [&](float product) -> T {
+    if constexpr (sizeof(T) == sizeof(float)) {
+      return product;
+    } else {
+      return to_bf16(product).bits;
+    }
+  };
   for (const Epilogues& build : every_build()) {
     for (int64_t rows : {1, 3, 16, 33}) {
       for (int64_t width : {1, 15, 16, 17, 31, 32}) {
         for (auto [with_bias, stream, out_offset] :
              {std::tuple{false, false, 0}, {true, false, 0}, {false, true, 0}, {true, true, 1}}) {
-          SCOPED_TRACE(
-              build.name + " rows=" + std::to_string(rows) + " width=" + std::to_string(width) +
-              " bias=" + std::to_string(with_bias) + " stream=" + std::to_string(stream) +
-              " out_offset=" + std::to_string(out_offset) + " seed=" + std::to_string(seed));
+          SCOPED_TRACE(build.name + " out=" + std::string(dtype_name(out_dtype)) +
+                       " rows=" + std::to_string(rows) + " width=" + std::to_string(width) +
+                       " bias=" + std::to_string(with_bias) + " stream=" + std::to_string(stream) +
+                       " out_offset=" + std::to_string(out_offset) +
+                       " seed=" + std::to_string(seed));
           const Chunk c = random_chunk(rows, seed++);
           std::vector<float> scale(static_cast<size_t>(c.out_rows));
           for (size_t i = 0; i < scale.size(); ++i) scale[i] = 0.25f + 0.125f * float(i % 7);
-          std::vector<float> buffer(static_cast<size_t>(c.out_rows * kStride + out_offset),
-                                    kPoison);
-          const std::span<float> out(buffer.data() + out_offset,
-                                     static_cast<size_t>(c.out_rows * kStride));
+          // At out_offset 0 every row is 16-byte aligned (kStride values of either type are a
+          // multiple of 16 bytes apart), so stream takes the non-temporal stores.
+          alignas(64) T buffer[2 * 33 * kStride + 1];
+          std::fill(std::begin(buffer), std::end(buffer), poison);
+          const std::span<T> out(buffer + out_offset, static_cast<size_t>(c.out_rows * kStride));
           cpu::EpilogueArgs e;
           e.acc = c.acc.data();
           e.rows = rows;
@@ -152,6 +165,7 @@ TEST(EpilogueRows, ScaleIsExactAndWritesOnlyItsRows) {
           e.width = width;
           e.out = out.data();
           e.out_stride = kStride;
+          e.out_dtype = out_dtype;
           e.stream = stream;
           build.scale_rows(e);
           std::vector<bool> written(out.size(), false);
@@ -160,21 +174,36 @@ TEST(EpilogueRows, ScaleIsExactAndWritesOnlyItsRows) {
               const size_t at = static_cast<size_t>(c.ids[r] * kStride + col);
               written[at] = true;
               const float sum = c.acc[r * cpu::kPairWidth + col] + (with_bias ? c.bias[col] : 0);
-              ASSERT_EQ(out[at], sum * scale[c.ids[r]]) << "row " << r << " column " << col;
+              ASSERT_EQ(out[at], expected_bits(sum * scale[c.ids[r]]))
+                  << "row " << r << " column " << col;
             }
           }
           for (size_t i = 0; i < written.size(); ++i) {
             if (!written[i]) {
-              ASSERT_EQ(out[i], kPoison) << "output element " << i << " touched";
+              ASSERT_EQ(out[i], poison) << "output element " << i << " touched";
             }
           }
           if (out_offset > 0) {
-            ASSERT_EQ(buffer[0], kPoison) << "the element before out touched";
+            ASSERT_EQ(buffer[0], poison) << "the element before out touched";
+          }
+          for (size_t i = static_cast<size_t>(out_offset) + out.size(); i < std::size(buffer);
+               ++i) {
+            ASSERT_EQ(buffer[i], poison) << "element " << i << " past out touched";
           }
         }
       }
     }
   }
+}
+
+TEST(EpilogueRows, ScaleIsExactAndWritesOnlyItsRows) {
+  uint64_t seed = 100;
+  check_scale_rows<float>(DType::kF32, kPoison, seed);
+}
+
+TEST(EpilogueRows, ScaleRoundsToBf16LikeToBf16AndWritesOnlyItsRows) {
+  uint64_t seed = 200;
+  check_scale_rows<uint16_t>(DType::kBF16, kPoisonBits, seed);
 }
 
 // Rounds `values` (16) kLanes at a time, as the epilogue of that width does.

@@ -2,8 +2,10 @@
 // layer's bit for bit, for every routing family, both dispatchers, with and without two-batch
 // overlap, ranks with no tokens, experts with no pairs, E not divisible by N, every token routed to
 // one rank and experts replicated on two ranks; low-latency overflow fails every rank with the
-// counts; the traffic counters add up across ranks.
+// counts; the traffic counters add up across ranks and count results in cache3's dtype.
 #include <numeric>
+#include <string>
+#include <utility>
 
 #include <gtest/gtest.h>
 
@@ -43,15 +45,24 @@ TEST(EpLayer, EveryFamilyEqualsTheSingleProcessLayerBitwise) {
   }
 }
 
+// bf16 results travel in bf16 (cache3's dtype), f16 results in f32: both dispatchers, with and
+// without two-batch overlap.
 TEST(EpLayer, LowPrecisionIsBitwiseToo) {
   for (DType dtype : {DType::kBF16, DType::kF16}) {
     for (const char* family : {"qwen3", "deepseek"}) {
-      EpCase c;
-      c.family = family;
-      c.dtype = dtype;
-      c.num_ranks = 3;
-      c.steps = {{9, 4, 0}};
-      run_ep_case(c);
+      for (DispatcherKind kind : {DispatcherKind::kHighThroughput, DispatcherKind::kLowLatency}) {
+        for (bool overlap : {false, true}) {
+          EpCase c;
+          c.family = family;
+          c.dtype = dtype;
+          c.num_ranks = 3;
+          c.steps = {{9, 4, 0}, {2, 5, 1}};
+          c.options.dispatcher = kind;
+          c.options.low_latency_capacity = 16;
+          c.options.two_batch_overlap = overlap;
+          run_ep_case(c);
+        }
+      }
     }
   }
 }
@@ -213,44 +224,50 @@ TEST(EpLayer, AfterAnOverflowTheNextStepWorks) {
 }
 
 TEST(EpLayer, TrafficCountersAddUpAcrossRanks) {
-  EpCase c;
-  c.num_ranks = 4;
-  c.ranks_per_host = 2;
-  c.steps = {{12, 0, 7, 20}};
-  const testing::EpRun run = run_ep_case(c);
-  const std::vector<EpStepStats>& stats = run.stats[0];
-  const int64_t H = 40, k = 4;
-  int64_t rows_in = 0;
-  for (int p = 0; p < 4; ++p) {
-    const EpStepStats& s = stats[static_cast<size_t>(p)];
-    for (int q = 0; q < 4; ++q) {
-      // What p sent q is what q received from p, in both phases.
-      EXPECT_EQ(s.dispatch_bytes_sent[q], stats[q].dispatch_bytes_received[p]) << p << "->" << q;
-      EXPECT_EQ(s.combine_bytes_sent[q], stats[q].combine_bytes_received[p]) << p << "->" << q;
+  // Token rows travel in the hidden dtype; results in cache3's: bf16 for a bf16 layer, else f32.
+  for (auto [dtype, result_bytes] :
+       {std::pair{DType::kF32, 4}, {DType::kBF16, 2}, {DType::kF16, 4}}) {
+    SCOPED_TRACE(std::string(dtype_name(dtype)));
+    EpCase c;
+    c.dtype = dtype;
+    c.num_ranks = 4;
+    c.ranks_per_host = 2;
+    c.steps = {{12, 0, 7, 20}};
+    const testing::EpRun run = run_ep_case(c);
+    const std::vector<EpStepStats>& stats = run.stats[0];
+    const int64_t H = 40, k = 4, row_bytes = H * static_cast<int64_t>(dtype_size(dtype));
+    int64_t rows_in = 0;
+    for (int p = 0; p < 4; ++p) {
+      const EpStepStats& s = stats[static_cast<size_t>(p)];
+      for (int q = 0; q < 4; ++q) {
+        // What p sent q is what q received from p, in both phases.
+        EXPECT_EQ(s.dispatch_bytes_sent[q], stats[q].dispatch_bytes_received[p]) << p << "->" << q;
+        EXPECT_EQ(s.combine_bytes_sent[q], stats[q].combine_bytes_received[p]) << p << "->" << q;
+      }
+      // Combine returns one result row per pair served by another rank; a rank's own stay put.
+      const int64_t combined = std::accumulate(s.combine_bytes_received.begin(),
+                                               s.combine_bytes_received.end(), int64_t{0});
+      EXPECT_EQ(combined, (s.num_pairs - s.local_pairs) * H * result_bytes);
+      EXPECT_EQ(s.combine_bytes_sent[p], 0);
+      EXPECT_EQ(s.dispatch_bytes_sent[p], 0);
+      EXPECT_EQ(s.upper_bound_bytes, s.num_pairs * row_bytes);
+      const TrafficSplit& rows = s.row_payload;
+      EXPECT_EQ(rows.same_host + rows.cross_host, s.rows_sent * row_bytes);
+      EXPECT_LE(rows.self + rows.same_host + rows.cross_host, s.upper_bound_bytes);
+      const TrafficSplit& d = s.dispatch_sent;
+      EXPECT_EQ(
+          d.self + d.same_host + d.cross_host,
+          std::accumulate(s.dispatch_bytes_sent.begin(), s.dispatch_bytes_sent.end(), int64_t{0}));
+      EXPECT_EQ(d.self, 0);
+      EXPECT_EQ(d.same_host, s.dispatch_bytes_sent[p ^ 1]);
+      rows_in += s.rows_sent;
+      EXPECT_EQ(s.pairs_received, std::accumulate(s.pairs_per_local_slot.begin(),
+                                                  s.pairs_per_local_slot.end(), int64_t{0}));
     }
-    // Combine returns one f32 row per pair served by another rank; a rank's own stay put.
-    const int64_t combined = std::accumulate(s.combine_bytes_received.begin(),
-                                             s.combine_bytes_received.end(), int64_t{0});
-    EXPECT_EQ(combined, (s.num_pairs - s.local_pairs) * H * 4);
-    EXPECT_EQ(s.combine_bytes_sent[p], 0);
-    EXPECT_EQ(s.dispatch_bytes_sent[p], 0);
-    EXPECT_EQ(s.upper_bound_bytes, s.num_pairs * H * 4);
-    const TrafficSplit& rows = s.row_payload;
-    EXPECT_EQ(rows.same_host + rows.cross_host, s.rows_sent * H * 4);
-    EXPECT_LE(rows.self + rows.same_host + rows.cross_host, s.upper_bound_bytes);
-    const TrafficSplit& d = s.dispatch_sent;
-    EXPECT_EQ(
-        d.self + d.same_host + d.cross_host,
-        std::accumulate(s.dispatch_bytes_sent.begin(), s.dispatch_bytes_sent.end(), int64_t{0}));
-    EXPECT_EQ(d.self, 0);
-    EXPECT_EQ(d.same_host, s.dispatch_bytes_sent[p ^ 1]);
-    rows_in += s.rows_sent;
-    EXPECT_EQ(s.pairs_received, std::accumulate(s.pairs_per_local_slot.begin(),
-                                                s.pairs_per_local_slot.end(), int64_t{0}));
+    EXPECT_EQ(stats[0].num_pairs, 12 * k);
+    EXPECT_GT(rows_in, 0);
+    EXPECT_GT(stats[0].row_payload.cross_host, 0);
   }
-  EXPECT_EQ(stats[0].num_pairs, 12 * k);
-  EXPECT_GT(rows_in, 0);
-  EXPECT_GT(stats[0].row_payload.cross_host, 0);
 }
 
 TEST(EpLayer, RejectsALayoutThatDoesNotFit) {

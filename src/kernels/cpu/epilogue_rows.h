@@ -7,17 +7,20 @@
 // block runs 32 k steps of tdpbf16ps, so scalar code there would cost as much as the GEMM.
 //
 // The arithmetic is the driver's reference order: gate + bias, up + bias, gate * sigmoid(gate) *
-// up (vector_sigmoid.h, as gated_activation() does), rounded to bf16 to nearest even (NaN stays a
-// quiet NaN, as moe::to_bf16). Each output depends only on its own row, so results do not depend on
-// how rows are blocked. With -ffp-contract=fast a translation unit whose target has FMA fuses
-// some of these multiply-adds: a path's results are its own, not another path's bits.
-// Tested by tests/kernels/epilogue_rows_test.cc against gated_activation() and moe::to_bf16.
+// up (vector_sigmoid.h, as gated_activation() does) for silu_rows, (acc + bias) * scale for
+// scale_rows; with a bf16 out_dtype each f32 result is rounded once to bf16, to nearest even (NaN
+// stays a quiet NaN, as moe::to_bf16). Each output depends only on its own row, so results do not
+// depend on how rows are blocked. With -ffp-contract=fast a translation unit whose target has FMA
+// fuses some of these multiply-adds: a path's results are its own, not another path's bits. Tested
+// by tests/kernels/epilogue_rows_test.cc against gated_activation(), the f32 product and
+// moe::to_bf16.
 //
 // NOTE: internal linkage on purpose, as in fma_tile.h: each includer compiles its own copy.
 #pragma once
 
-#include <xmmintrin.h>
+#include <emmintrin.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 
@@ -93,40 +96,64 @@ void silu_rows(const EpilogueArgs& e) {
   }
 }
 
-// The 32 floats of one output row, past the caches (EpilogueArgs::stream) where the row is
-// 16-byte aligned (SSE's non-temporal store, which every x86-64 has), else an ordinary copy. The
-// row's 128 bytes are written one after another, so the write-combining buffers send whole lines.
-void stream_row(float* out, const float* values) {
+// One output row of a panel pair (32 values: 128 bytes of f32, 64 of bf16), past the caches
+// (EpilogueArgs::stream) where the row is 16-byte aligned (SSE2's non-temporal store, which every
+// x86-64 has), else an ordinary copy. The row's bytes are written one after another, so the
+// write-combining buffers send whole lines.
+template <size_t kBytes>
+void stream_row(void* out, const void* values) {
   if (reinterpret_cast<uintptr_t>(out) % 16 != 0) {
-    std::memcpy(out, values, kPairWidth * sizeof(float));
+    std::memcpy(out, values, kBytes);
     return;
   }
-  for (int64_t i = 0; i < kPairWidth; i += 4) _mm_stream_ps(out + i, _mm_loadu_ps(values + i));
+  for (size_t i = 0; i < kBytes; i += 16) {
+    _mm_stream_si128(
+        reinterpret_cast<__m128i*>(static_cast<char*>(out) + i),
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const char*>(values) + i)));
+  }
 }
 
+// The first `width` of a row's 32 values at `out`: a whole row (every row but a ragged last
+// pair's) with a fixed size, no call, or past the caches with `stream`.
+template <typename T>
+void store_row(T* out, const T (&values)[kPairWidth], int64_t width, bool stream) {
+  if (width != kPairWidth) {
+    std::memcpy(out, values, static_cast<size_t>(width) * sizeof(T));
+  } else if (stream) {
+    stream_row<sizeof values>(out, values);
+  } else {
+    std::memcpy(out, values, sizeof values);
+  }
+}
+
+// bf16 out (cache3 of a bf16 layer, fused_experts.h) rounds each f32 value once, as moe::to_bf16.
 template <int kLanes>
 void scale_rows(const EpilogueArgs& e) {
   using Floats = typename Lanes<kLanes>::Floats;
   constexpr int kVectors = kPairWidth / kLanes;
   Floats bias[kVectors] = {};
   if (e.bias) std::memcpy(bias, e.bias, sizeof bias);
-  const bool full = e.width == kPairWidth;
+  const bool bf16_out = e.out_dtype == DType::kBF16;
   for (int64_t r = 0; r < e.rows; ++r) {
     const int32_t id = e.ids[r];
     const float scale = e.scale ? e.scale[id] : 1.0f;
     float values[kPairWidth];
+    uint16_t halves[kPairWidth];
     for (int v = 0; v < kVectors; ++v) {
       Floats sum;
       std::memcpy(&sum, e.acc + r * kPairWidth + v * kLanes, sizeof sum);
       sum = (sum + bias[v]) * scale;
-      std::memcpy(values + v * kLanes, &sum, sizeof sum);
+      if (bf16_out) {
+        round_to_bf16<kLanes>(sum, halves + v * kLanes);
+      } else {
+        std::memcpy(values + v * kLanes, &sum, sizeof sum);
+      }
     }
-    float* out = static_cast<float*>(e.out) + id * e.out_stride;
-    if (full && e.stream) {
-      stream_row(out, values);
+    const int64_t row = id * e.out_stride;
+    if (bf16_out) {
+      store_row(static_cast<uint16_t*>(e.out) + row, halves, e.width, e.stream);
     } else {
-      full ? std::memcpy(out, values, sizeof values)
-           : std::memcpy(out, values, static_cast<size_t>(e.width) * sizeof(float));
+      store_row(static_cast<float*>(e.out) + row, values, e.width, e.stream);
     }
   }
   // Non-temporal stores are weakly ordered: fence them before another thread (the sum) reads.

@@ -4,6 +4,7 @@
 //           (cache2 in gemm2's input dtype: f32, or bf16 for the bf16 kernels; the input row is
 //           read at hidden_row_ptrs[p] instead when the problem gives them: expert parallelism)
 //   gemm2   cache3[p] = topk_weights[p] * cache2[p] · w2[e]^T   weight in the epilogue
+//           (cache3 in bf16 for a bf16 layer, else f32: cache3_dtype in fused_experts.h)
 //   shared  the always-on MLP over all tokens, as a one-expert gemm1 and gemm2
 //   sum     out[t] = sum_j cache3[t*k + j] + shared[t]
 // act_us stays zero: the activation's time is part of gemm1's. Tested by tests/experts against
@@ -14,6 +15,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <numeric>
 
 #include "kernels/cpu/align_block_size.h"
@@ -32,18 +34,19 @@ T* grown(std::vector<T>& buffer, int64_t size) {
 
 constexpr int64_t kCacheLine = 64;
 
-// `size` floats from a cache line on: each row's 32 floats of a panel pair are then two whole
-// lines, which non-temporal stores write without reading them first (EpilogueArgs::stream).
-float* grown_line_aligned(std::vector<float>& buffer, int64_t size) {
+// `bytes` from a cache line on: with H a multiple of 32, each row's 32 values of a panel pair are
+// then whole lines (two of f32, one of bf16), which non-temporal stores write without reading
+// them first (EpilogueArgs::stream).
+void* grown_line_aligned(std::vector<float>& buffer, int64_t bytes) {
   constexpr int64_t kLineFloats = kCacheLine / sizeof(float);
-  float* data = grown(buffer, size + kLineFloats);
+  float* data = grown(buffer, (bytes + 3) / 4 + kLineFloats);
   const int64_t past_line = static_cast<int64_t>(reinterpret_cast<uintptr_t>(data) % kCacheLine);
   return past_line == 0 ? data : data + (kCacheLine - past_line) / sizeof(float);
 }
 
-// A cache3 at least this large is written past the caches: it outgrows the caches before the sum
-// reads it (from 1024 tokens of a top-8 model with H = 2048: 64 MiB), and ordinary stores would
-// read each of its lines from memory first.
+// A cache3 of at least this many bytes is written past the caches: it outgrows the caches before
+// the sum reads it (a top-8 model with H = 2048 gets there at 1024 tokens in bf16, 512 in f32),
+// and ordinary stores would read each of its lines from memory first.
 constexpr int64_t kStreamedCache3Bytes = int64_t{32} << 20;
 
 class StageClock {
@@ -81,14 +84,16 @@ void group_pairs(const ExpertsProblem& pb, ExpertsWorkspace& ws) {
   }
 }
 
-void zero_non_local_rows(const ExpertsProblem& pb, ExpertsWorkspace& ws, float* cache3) {
+// Zero is all bits zero in f32 and bf16 alike.
+void zero_non_local_rows(const ExpertsProblem& pb, ExpertsWorkspace& ws, void* cache3,
+                         int64_t row_bytes) {
   if (!pb.expert_map) return;
   const int32_t* offsets = ws.expert_offsets.data();
   for (int64_t e = 0; e < pb.num_experts; ++e) {
     if (pb.expert_map[e] >= 0) continue;
     for (int32_t i = offsets[e]; i < offsets[e + 1]; ++i) {
       const int32_t p = ws.sorted_pair_ids[i];
-      std::fill(cache3 + p * pb.hidden_size, cache3 + (p + 1) * pb.hidden_size, 0.0f);
+      std::memset(static_cast<char*>(cache3) + p * row_bytes, 0, static_cast<size_t>(row_bytes));
     }
   }
 }
@@ -180,9 +185,13 @@ void run_shared_experts(const ExpertsProblem& pb, const PackedExpertsView& packe
 
 }  // namespace
 
-const float* routed_pair_outputs(const ExpertsProblem& pb, const PackedExpertsView* packed,
-                                 const ExpertKernels& kernels, int64_t block_m,
-                                 ExpertsWorkspace& ws, int num_threads, StageTimes* times) {
+DType cache3_dtype(DType out_dtype) {
+  return out_dtype == DType::kBF16 ? DType::kBF16 : DType::kF32;
+}
+
+const void* routed_pair_outputs(const ExpertsProblem& pb, const PackedExpertsView* packed,
+                                const ExpertKernels& kernels, int64_t block_m, ExpertsWorkspace& ws,
+                                int num_threads, StageTimes* times) {
   num_threads = resolve_num_threads(num_threads);
   const int64_t H = pb.hidden_size, I = pb.intermediate_size;
   const int64_t num_pairs = pb.num_pairs();
@@ -210,7 +219,9 @@ const float* routed_pair_outputs(const ExpertsProblem& pb, const PackedExpertsVi
   packed_gemm(gemm1, ws.groups.data(), num_groups, kernels, block_m, ws.gemm, num_threads);
   clock.lap(&StageTimes::gemm1_us);
 
-  float* cache3 = grown_line_aligned(ws.cache3, num_pairs * H);
+  const DType cache3_type = cache3_dtype(pb.hidden_dtype);
+  const int64_t cache3_row_bytes = H * static_cast<int64_t>(dtype_size(cache3_type));
+  void* cache3 = grown_line_aligned(ws.cache3, num_pairs * cache3_row_bytes);
   PackedGemmArgs gemm2;
   gemm2.a = ws.cache2.data();
   gemm2.a_dtype = kernels.tile.a_dtype;
@@ -219,9 +230,10 @@ const float* routed_pair_outputs(const ExpertsProblem& pb, const PackedExpertsVi
   gemm2.bias = pb.w2_bias;
   gemm2.out_scale = pb.weight_on_input ? nullptr : pb.topk_weights;
   gemm2.out = cache3;
-  gemm2.stream_out = num_pairs * H * static_cast<int64_t>(sizeof(float)) >= kStreamedCache3Bytes;
+  gemm2.out_dtype = cache3_type;
+  gemm2.stream_out = num_pairs * cache3_row_bytes >= kStreamedCache3Bytes;
   packed_gemm(gemm2, ws.groups.data(), num_groups, kernels, block_m, ws.gemm, num_threads);
-  zero_non_local_rows(pb, ws, cache3);
+  zero_non_local_rows(pb, ws, cache3, cache3_row_bytes);
   clock.lap(&StageTimes::gemm2_us);
   return cache3;
 }
@@ -248,11 +260,11 @@ void fused_experts(const ExpertsProblem& pb, const PackedExpertsView* packed,
                    const ExpertKernels& kernels, int64_t block_m, ExpertsWorkspace& ws,
                    int num_threads, StageTimes* times) {
   num_threads = resolve_num_threads(num_threads);
-  const float* cache3 = routed_pair_outputs(pb, packed, kernels, block_m, ws, num_threads, times);
+  const void* cache3 = routed_pair_outputs(pb, packed, kernels, block_m, ws, num_threads, times);
   const float* shared = shared_expert_outputs(pb, packed, kernels, block_m, ws, num_threads, times);
   StageClock clock(times);
-  moe_sum(cache3, nullptr, shared, pb.num_tokens, pb.top_k, pb.hidden_size, pb.out, pb.hidden_dtype,
-          num_threads);
+  moe_sum(cache3, nullptr, cache3_dtype(pb.hidden_dtype), shared, pb.num_tokens, pb.top_k,
+          pb.hidden_size, pb.out, pb.hidden_dtype, num_threads);
   clock.lap(&StageTimes::sum_us);
 }
 

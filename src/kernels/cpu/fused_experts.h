@@ -29,7 +29,7 @@ struct ExpertsWorkspace {
   std::vector<int32_t> expert_offsets;   // [E + 1]
   std::vector<ExpertRows> groups;        // [touched experts]
   std::vector<float> cache2;             // [M*k, I] of the kernels' input dtype
-  std::vector<float> cache3;             // [M*k, H]
+  std::vector<float> cache3;             // [M*k, H] of cache3_dtype, from a cache line on
   std::vector<int32_t> token_ids;        // [M]: 0..M-1, the shared experts' rows
   std::vector<float> shared_gate;        // [M]: sigmoid(hidden · gate)
   std::vector<float> gate_row;           // [2H]: a hidden row and the gate in f32
@@ -53,12 +53,20 @@ void fused_experts(const ExpertsProblem& problem, const PackedExpertsView* packe
                    const ExpertKernels& kernels, int64_t block_m, ExpertsWorkspace& workspace,
                    int num_threads, StageTimes* times);
 
-// Align, gemm1, act and gemm2 of every pair: returns cache3 [M*k, H] f32 in pair order (the router
-// weight applied as the problem says), held by the workspace until its next use. Expert
-// parallelism runs this on the pairs a rank received and sends the rows back.
-const float* routed_pair_outputs(const ExpertsProblem& problem, const PackedExpertsView* packed,
-                                 const ExpertKernels& kernels, int64_t block_m,
-                                 ExpertsWorkspace& workspace, int num_threads, StageTimes* times);
+// The dtype gemm2 stores cache3 in, for a layer whose output (ExpertsProblem::out, of
+// hidden_dtype) is out_dtype: bf16 for bf16, else f32. Each value is the f32
+// (acc + bias) * topk_weight rounded once to bf16; the sum widens it back and adds in f32. That
+// halves the bytes gemm2 writes and the sum reads (256 MiB -> 128 MiB at 4096 tokens of
+// Qwen3-30B-A3B), as the CUDA backend and vLLM keep cache3, for one extra bf16 rounding per pair
+// row. f32 and f16 layers keep f32: f16 carries 3 more significant bits than bf16.
+DType cache3_dtype(DType out_dtype);
+
+// Align, gemm1, act and gemm2 of every pair: returns cache3 [M*k, H] of cache3_dtype(hidden_dtype)
+// in pair order (the router weight applied as the problem says), held by the workspace until its
+// next use. Expert parallelism runs this on the pairs a rank received and sends the rows back.
+const void* routed_pair_outputs(const ExpertsProblem& problem, const PackedExpertsView* packed,
+                                const ExpertKernels& kernels, int64_t block_m,
+                                ExpertsWorkspace& workspace, int num_threads, StageTimes* times);
 
 // The shared MLP over all M tokens: returns [M, H] f32 held by the workspace, or null when the
 // problem has no shared experts or no tokens. Does not touch the buffers routed_pair_outputs

@@ -171,8 +171,9 @@ void plain_epilogue(const PackedGemmArgs& args, const ExpertKernels& kernels,
   e.bias = args.bias ? bias : nullptr;
   e.scale = args.out_scale;
   e.width = width;
-  e.out = static_cast<float*>(args.out) + n0;
+  e.out = static_cast<char*>(args.out) + n0 * static_cast<int64_t>(dtype_size(args.out_dtype));
   e.out_stride = n;
+  e.out_dtype = args.out_dtype;
   e.stream = args.stream_out;
   (kernels.scale_rows ? kernels.scale_rows : &scale_rows<kBaselineLanes>)(e);
 }

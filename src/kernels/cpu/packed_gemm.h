@@ -6,8 +6,9 @@
 //   acc[r, :] = row(ids[r]) * a_scale[ids[r]] · pair^T                          (tile_kernel.h)
 //   gated:  out[ids[r], 16j + c] = act(acc[r, c] + bias_gate, acc[r, 16 + c] + bias_up)
 //   plain:  out[ids[r], 32j + c] = (acc[r, c] + bias) * out_scale[ids[r]]
-// where row(i) is row i / a_row_divisor of A, or the row at a_row_ptrs[i] when the rows lie
-// elsewhere (expert parallelism: rows received from other ranks, and the rank's own). The input
+// (computed in f32 and stored in out_dtype: rounded once where that is bf16), where row(i) is
+// row i / a_row_divisor of A, or the row at a_row_ptrs[i] when the rows lie elsewhere (expert
+// parallelism: rows received from other ranks, and the rank's own). The input
 // rows are gathered and converted (f32, or bf16 for the bf16 kernels) into a per-thread buffer
 // once per chunk of rows, straight from where they live (hidden[p / k], cache2[p]). Each
 // work item (work_split.h) streams its weight pairs from memory once for all rows of its chunk:
@@ -39,9 +40,10 @@ struct PackedGemmArgs {
   const float* bias = nullptr;              // [num experts, layout.n] or null
   ActivationParams activation;              // gated layouts
   const float* out_scale = nullptr;         // plain layouts: [ids] or null
-  // [ids, layout.n / 2 (gated) or layout.n]. Gated outputs are the next GEMM's inputs and may be
-  // stored in that GEMM's input dtype (bf16 for the bf16 kernels): rounded once, here, rather
-  // than by every thread that gathers them. Plain outputs are f32.
+  // [ids, layout.n / 2 (gated) or layout.n] of out_dtype, f32 or bf16. Gated outputs are the next
+  // GEMM's inputs and may be stored in that GEMM's input dtype (bf16 for the bf16 kernels):
+  // rounded once, here, rather than by every thread that gathers them. Plain outputs are cache3
+  // (bf16 for a bf16 layer, fused_experts.h) or the shared experts' f32 rows.
   void* out = nullptr;
   DType out_dtype = DType::kF32;
   // Plain layouts: whole output rows go past the caches (EpilogueArgs::stream), for an out far

@@ -74,6 +74,7 @@ struct TileKernel {
 // block:
 //   silu_rows:  out[ids[r], c] = silu(acc[r, c] + bias[c]) * (acc[r, 16 + c] + bias[16 + c])
 //   scale_rows: out[ids[r], c] = (acc[r, c] + bias[c]) * scale[ids[r]]
+// each computed in f32 and, for a bf16 out_dtype, rounded once to bf16.
 struct EpilogueArgs {
   const float* acc = nullptr;  // [rows, 32]
   int64_t rows = 0;
@@ -83,11 +84,12 @@ struct EpilogueArgs {
   int64_t width = 0;             // outputs per row: 1..16 (silu_rows) or 1..32 (scale_rows)
   void* out = nullptr;           // output row i at out + i * out_stride elements
   int64_t out_stride = 0;
-  DType out_dtype = DType::kF32;  // silu_rows: f32 or bf16; scale_rows: f32
-  // scale_rows: write whole rows (width 32) with non-temporal stores, for an output far larger
-  // than the caches that is read once, later (cache3 of a prefill batch). Ordinary stores would
-  // first read every line they write from memory; scattered over cache3's rows, those reads cost
-  // gemm2 on the amx path as much time as its arithmetic.
+  DType out_dtype = DType::kF32;  // f32 or bf16
+  // scale_rows: write whole rows (width 32: 128 bytes of f32, 64 of bf16) with non-temporal
+  // stores where a row is 16-byte aligned, for an output far larger than the caches that is read
+  // once, later (cache3 of a prefill batch). Ordinary stores would first read every line they
+  // write from memory; scattered over cache3's rows, those reads cost gemm2 on the amx path as
+  // much time as its arithmetic.
   bool stream = false;
 };
 using EpilogueRows = void (*)(const EpilogueArgs& args);
