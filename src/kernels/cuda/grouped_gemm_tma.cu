@@ -75,9 +75,11 @@ struct TmaTile {
   static constexpr int kConsumerWarps = 8;  // two warpgroups
   static constexpr int kThreads = kProducerThreads + kConsumerWarps * 32;
   // The producer needs few registers; the consumers hold up to 128 f32 accumulators each. The
-  // launch gives every thread 168 (65536 / 384, rounded down to 8); 128 * 56 + 256 * 224 fits too.
-  static constexpr int kProducerRegisters = 56;
-  static constexpr int kConsumerRegisters = 224;
+  // launch gives every thread 168 (65536 / 384, rounded down to 8); 128 * 64 + 256 * 216 fits too.
+  // Neither side spills at 56/224 to 96/192; on the H200 64/216 was the fastest (DeepSeek-V3 at
+  // 16384 tokens 3% faster than 56/224, 72/208 and 96/192 in between; docs/cuda.md).
+  static constexpr int kProducerRegisters = 64;
+  static constexpr int kConsumerRegisters = 216;
   // block_m 128: the warpgroups split the rows; 64: they split the weight rows.
   static constexpr int kSplitN = kBlockM == 128 ? 1 : 2;
   static constexpr int kWarpGroupN = kTileN / kSplitN;  // weight rows per consumer warpgroup
@@ -94,7 +96,7 @@ struct TmaTile {
                 "whole weight and input rows per thread");
   // setmaxnreg moves registers within what the launch gave the thread block: a consumer's
   // increase waits until the producers' decrease has freed enough, forever if it never does (a
-  // producer at 64 registers hung every tma kernel on the H200).
+  // producer at 64 registers beside consumers at 224 hung every tma kernel on the H200).
   static constexpr int kLaunchRegisters = 65536 / kThreads / 8 * 8;
   static_assert(kProducerThreads * kProducerRegisters + kConsumerWarps * 32 * kConsumerRegisters <=
                     kThreads * kLaunchRegisters,
