@@ -17,6 +17,16 @@ int64_t chunk_tokens(const ExpertsProblem& problem) {
   return std::min(problem.num_tokens, kChunkTokens);
 }
 
+// Whether gemm1 writes cache2 in block order and gemm2 loads each stage's rows of a block as one
+// TMA box instead of gathering them with cp.async: the 128-row tma plans. On the H200 that took
+// gemm2 of DeepSeek-V3 at 16384 tokens from 8.0-8.1 to 6.9-7.0 ms; with 64-row blocks of mostly
+// padding (Qwen3-30B-A3B at 16 and 64 tokens) loading the whole box cost 1-2% (docs/cuda.md).
+bool rows_in_block_order(const ExpertsPlan& plan) {
+  return plan.block_m == 128 &&
+         (plan.kernel == GemmKernel::kTma || plan.kernel == GemmKernel::kTmaEager ||
+          plan.kernel == GemmKernel::kTmaPair || plan.kernel == GemmKernel::kTmaDynamic);
+}
+
 int64_t max_padded(const ExpertsProblem& problem, const ExpertsPlan& plan) {
   const int64_t pairs = chunk_tokens(problem) * problem.top_k;
   if (plan.tiny_batch) return pairs;
@@ -128,7 +138,8 @@ void ExpertsRunner::reserve(const ExpertsProblem& problem, const ExpertsPlan& pl
   num_pairs_post_padded_.reserve(sizeof(int32_t));
   tile_counter_.reserve(sizeof(int32_t));
   if (!plan.tiny_batch) align_scratch_.reserve(align_scratch_bytes(pairs, problem.num_experts));
-  cache2_.reserve(std::max<int64_t>(pairs * problem.intermediate_size, 1) * 2);
+  const int64_t cache2_rows = rows_in_block_order(plan) ? padded : pairs;
+  cache2_.reserve(std::max<int64_t>(cache2_rows * problem.intermediate_size, 1) * 2);
   cache3_.reserve(std::max<int64_t>(pairs * problem.hidden_size, 1) * 2);
 }
 
@@ -194,12 +205,15 @@ void ExpertsRunner::run(const ExpertsProblem& problem, const ExpertsPlan& plan, 
     gemm.k_dim = H;
     gemm.out_columns = I;
     gemm.out = cache2_.data();
+    gemm.out_in_block_order = rows_in_block_order(plan);
     gemm.topk_weights = nullptr;
     grouped_gemm(plan.kernel, /*gated=*/true, gemm, stream);
     clock.mark(2, stream);
 
     gemm.input = cache2_.data();
     gemm.row_divisor = 1;
+    gemm.out_in_block_order = false;
+    gemm.input_in_block_order = rows_in_block_order(plan);
     gemm.weights = problem.w2;
     gemm.weight_rows = H;
     gemm.k_dim = I;

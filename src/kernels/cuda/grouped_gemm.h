@@ -5,8 +5,10 @@
 //
 // Both walk the blocks of align_block_size: block b holds up to block_m pair ids of the one
 // expert expert_ids[b] (-1: not local, skipped). Input rows are read in place through the pair
-// id; nothing is gathered into a per-expert copy. Blocks past num_pairs_post_padded exit at once,
-// so the grid is sized once from the upper bound and no host synchronization is needed.
+// id; nothing is gathered into a per-expert copy. The exception is cache2 of the 128-row tma
+// plans: gemm1 writes it in block order, so that gemm2 loads a block's rows as one TMA box (the
+// *_in_block_order flags below). Blocks past num_pairs_post_padded exit at once, so the grid is
+// sized once from the upper bound and no host synchronization is needed.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -43,6 +45,12 @@ struct GroupedGemmArgs {
   int max_multiprocessors = 0;
   // kTmaDynamic: one device int the launch zeroes; thread blocks count the tiles they take on it.
   int32_t* tile_counter = nullptr;
+  // tma kernels only. out_in_block_order: row r of block b goes to out row b * block_m + r (padding
+  // rows are not written) instead of its pair's row; out then has max_blocks * block_m rows.
+  // input_in_block_order: the input is such an output, and each stage's rows of a block are one
+  // TMA box instead of a cp.async gather.
+  bool out_in_block_order = false;
+  bool input_in_block_order = false;
 };
 
 // Which kernel runs a grouped GEMM.

@@ -7,7 +7,10 @@
 //   producer   one thread loads the stage's 256 weight rows by TMA (cp.async.bulk.tensor, 128-byte
 //              swizzle); all 128 threads gather the block's input rows (hidden[p / k] or cache2[p],
 //              by pair id) with cp.async, and the stage's `full` mbarrier completes when both
-//              have landed. The producer runs up to kStages stages ahead, across tiles.
+//              have landed. With input_in_block_order (gemm2 of the 128-row plans, whose gemm1
+//              wrote cache2 in block order) the block's rows are one more TMA box instead: on the
+//              H200 the gather cost more per byte than TMA (docs/cuda.md, "Rows in block order").
+//              The producer runs up to kStages stages ahead, across tiles.
 //   consumers  two warpgroups run wgmma on the stage, keep one MMA group in flight while the next
 //              stage lands, and free a stage (its `empty` mbarrier) once the group that read it
 //              retired. After the last stage of a tile they apply the fused epilogue (gemm1:
@@ -161,6 +164,16 @@ __device__ __forceinline__ void load_weight_box(uint32_t shared, const CUtensorM
       "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
       " [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(shared),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(k), "r"(row), "r"(expert), "r"(barrier)
+      : "memory");
+}
+
+// Box {kTileK, rows} of the 2-D input tensor at (k, row) into shared memory, as load_weight_box.
+__device__ __forceinline__ void load_input_box(uint32_t shared, const CUtensorMap* map, int k,
+                                               int row, uint32_t barrier) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3}], [%4];\n" ::"r"(shared),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(k), "r"(row), "r"(barrier)
       : "memory");
 }
 
@@ -324,7 +337,8 @@ __device__ __forceinline__ void producer_sync() {
 // kEager: plan kernel "tma_eager"; kCluster 2: "tma_pair"; kDynamic: "tma_dynamic" (above).
 template <int kBlockM, bool kGated, bool kEager, int kCluster, bool kDynamic>
 __global__ void __launch_bounds__(TmaTile<kBlockM>::kThreads, 1)
-    tma_kernel(const __grid_constant__ CUtensorMap weight_map, GroupedGemmArgs a) {
+    tma_kernel(const __grid_constant__ CUtensorMap weight_map,
+               const __grid_constant__ CUtensorMap input_map, GroupedGemmArgs a) {
 #ifdef MOE_HAS_WGMMA
   using Tile = TmaTile<kBlockM>;
   static_assert(!kEager || kCluster == 1, "clusters release stages as tma does");
@@ -380,6 +394,10 @@ __global__ void __launch_bounds__(TmaTile<kBlockM>::kThreads, 1)
     if (t == 0) {
       asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&weight_map))
                    : "memory");
+      if (a.input_in_block_order) {
+        asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&input_map))
+                     : "memory");
+      }
     }
     const auto* input = static_cast<const __nv_bfloat16*>(a.input);
     // Eight threads per row, one 16-byte chunk each: a warp copies four whole 128-byte rows.
@@ -416,7 +434,13 @@ __global__ void __launch_bounds__(TmaTile<kBlockM>::kThreads, 1)
             static_assert(Tile::kWarpGroupRows == 16 * 4, "row 64 is thread 0's fifth row");
             if (kt == 0) stage_upper_rows_empty[ring.stage] = source_row[4] < 0;
           }
-          barrier_arrive_expect_bytes(full_barrier(ring.stage), Tile::kBBytes);
+          barrier_arrive_expect_bytes(
+              full_barrier(ring.stage),
+              Tile::kBBytes + (a.input_in_block_order ? Tile::kABytes : 0));
+          if (a.input_in_block_order) {
+            load_input_box(a_stage, &input_map, k0, static_cast<int>(work.block * kBlockM),
+                           full_barrier(ring.stage));
+          }
 #pragma unroll
           for (int j = 0; j < kTileN; j += kBoxRows) {
             // Tile row j of consumer warpgroup j / kWarpGroupN; gated: its first half are gate
@@ -431,6 +455,10 @@ __global__ void __launch_bounds__(TmaTile<kBlockM>::kThreads, 1)
             load_weight_box(b_stage + j * kRowBytes, &weight_map, k0, static_cast<int>(row),
                             work.expert, full_barrier(ring.stage));
           }
+        }
+        if (a.input_in_block_order) {
+          barrier_arrive(full_barrier(ring.stage));
+          continue;
         }
 #pragma unroll
         for (int i = 0; i < Tile::kRowsPerProducer; ++i) {
@@ -574,8 +602,10 @@ __global__ void __launch_bounds__(TmaTile<kBlockM>::kThreads, 1)
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       if (__all_sync(0xffffffffu, pair[half] < 0)) continue;
-      __nv_bfloat16* out_row =
-          out + static_cast<int64_t>(pair[half] < 0 ? 0 : pair[half]) * columns;
+      const int64_t out_index = a.out_in_block_order
+                                    ? work.block * kBlockM + first_row + half * 8
+                                    : (pair[half] < 0 ? 0 : pair[half]);
+      __nv_bfloat16* out_row = out + out_index * columns;
 #pragma unroll
       for (int group = 0; group < kOutChunks / 4; ++group) {
         uint32_t packed[4];
@@ -659,6 +689,29 @@ CUtensorMap weight_tensor_map(const GroupedGemmArgs& a) {
   return map;
 }
 
+// input_in_block_order: the input as a 2-D tensor [max_blocks * block_m, K] read in {64 k, block_m
+// rows} boxes, one per stage. Otherwise the kernel never reads the map.
+CUtensorMap input_tensor_map(const GroupedGemmArgs& a) {
+  CUtensorMap map = {};
+  if (!a.input_in_block_order) return map;
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(a.k_dim),
+                              static_cast<cuuint64_t>(a.max_blocks * a.block_m)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(a.k_dim) * 2};
+  const cuuint32_t box[2] = {kTileK, static_cast<cuuint32_t>(a.block_m)};
+  const cuuint32_t element_strides[2] = {1, 1};
+  const CUresult result = tensor_map_encoder()(
+      &map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(a.input), dims, strides, box,
+      element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (result != CUDA_SUCCESS) {
+    fail(
+        "grouped_gemm (tma): cuTensorMapEncodeTiled failed (CUresult {}) for input rows of {} "
+        "blocks x {} rows x K {}; expected 16-byte aligned rows and K % 8 == 0",
+        static_cast<int>(result), a.max_blocks, a.block_m, a.k_dim);
+  }
+  return map;
+}
+
 // One thread block per multiprocessor (at most args.max_multiprocessors of them); clusters: as many
 // as fit at once (not every multiprocessor can join one), times their size.
 // kDynamic: the tiles are taken from args.tile_counter, zeroed here first.
@@ -704,7 +757,7 @@ void launch(const GroupedGemmArgs& args, cudaStream_t stream) {
     check(cudaMemsetAsync(args.tile_counter, 0, sizeof(int32_t), stream),
           "cudaMemsetAsync(tile counter)");
   }
-  check(cudaLaunchKernelEx(&config, kernel, weight_tensor_map(args), args),
+  check(cudaLaunchKernelEx(&config, kernel, weight_tensor_map(args), input_tensor_map(args), args),
         "cudaLaunchKernelEx(tma_kernel)");
 }
 
