@@ -19,8 +19,8 @@ int64_t chunk_tokens(const ExpertsProblem& problem) {
 
 // Whether gemm1 writes cache2 in block order and gemm2 loads each stage's rows of a block as one
 // TMA box instead of gathering them with cp.async: the 128-row tma plans. On the H200 that took
-// gemm2 of DeepSeek-V3 at 16384 tokens from 8.0-8.1 to 6.9-7.0 ms; with 64-row blocks of mostly
-// padding (Qwen3-30B-A3B at 16 and 64 tokens) loading the whole box cost 1-2% (docs/cuda.md).
+// gemm2 of DeepSeek-V3 at 16384 tokens from 8.0-8.2 to 6.9-7.0 ms; with 64-row blocks of mostly
+// padding (Qwen3-30B-A3B at 16 and 64 tokens) loading the whole box cost up to 1.6% (docs/cuda.md).
 bool rows_in_block_order(const ExpertsPlan& plan) {
   return plan.block_m == 128 &&
          (plan.kernel == GemmKernel::kTma || plan.kernel == GemmKernel::kTmaEager ||
