@@ -434,9 +434,8 @@ __global__ void __launch_bounds__(TmaTile<kBlockM>::kThreads, 1)
             static_assert(Tile::kWarpGroupRows == 16 * 4, "row 64 is thread 0's fifth row");
             if (kt == 0) stage_upper_rows_empty[ring.stage] = source_row[4] < 0;
           }
-          barrier_arrive_expect_bytes(
-              full_barrier(ring.stage),
-              Tile::kBBytes + (a.input_in_block_order ? Tile::kABytes : 0));
+          barrier_arrive_expect_bytes(full_barrier(ring.stage),
+                                      Tile::kBBytes + (a.input_in_block_order ? Tile::kABytes : 0));
           if (a.input_in_block_order) {
             load_input_box(a_stage, &input_map, k0, static_cast<int>(work.block * kBlockM),
                            full_barrier(ring.stage));
@@ -602,9 +601,8 @@ __global__ void __launch_bounds__(TmaTile<kBlockM>::kThreads, 1)
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       if (__all_sync(0xffffffffu, pair[half] < 0)) continue;
-      const int64_t out_index = a.out_in_block_order
-                                    ? work.block * kBlockM + first_row + half * 8
-                                    : (pair[half] < 0 ? 0 : pair[half]);
+      const int64_t out_index = a.out_in_block_order ? work.block * kBlockM + first_row + half * 8
+                                                     : (pair[half] < 0 ? 0 : pair[half]);
       __nv_bfloat16* out_row = out + out_index * columns;
 #pragma unroll
       for (int group = 0; group < kOutChunks / 4; ++group) {
