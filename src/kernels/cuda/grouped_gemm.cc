@@ -24,6 +24,13 @@ bool mma_supports(const GroupedGemmArgs& args) {
 
 void grouped_gemm(GemmKernel kernel, bool gated, const GroupedGemmArgs& args, cudaStream_t stream) {
   if (args.max_blocks == 0 || args.out_columns == 0) return;
+  const bool tma = kernel == GemmKernel::kTma || kernel == GemmKernel::kTmaEager ||
+                   kernel == GemmKernel::kTmaPair || kernel == GemmKernel::kTmaDynamic;
+  if (!tma && (args.out_in_block_order || args.input_in_block_order)) {
+    // The other kernels read and write rows in pair order only, and would silently do so.
+    fail("grouped_gemm: rows in block order need a tma kernel; got kernel {} (gemm {})",
+         static_cast<int>(kernel), gated ? 1 : 2);
+  }
   switch (kernel) {
     case GemmKernel::kStream:
       if (args.block_m < 1 || args.block_m > kMaxStreamRows) {
