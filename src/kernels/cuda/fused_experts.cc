@@ -22,9 +22,7 @@ int64_t chunk_tokens(const ExpertsProblem& problem) {
 // gemm2 of DeepSeek-V3 at 16384 tokens from 8.0-8.2 to 6.9-7.0 ms; with 64-row blocks of mostly
 // padding (Qwen3-30B-A3B at 16 and 64 tokens) loading the whole box cost up to 1.6% (docs/cuda.md).
 bool rows_in_block_order(const ExpertsPlan& plan) {
-  return plan.block_m == 128 &&
-         (plan.kernel == GemmKernel::kTma || plan.kernel == GemmKernel::kTmaEager ||
-          plan.kernel == GemmKernel::kTmaPair || plan.kernel == GemmKernel::kTmaDynamic);
+  return plan.block_m == 128 && is_tma_kernel(plan.kernel);
 }
 
 int64_t max_padded(const ExpertsProblem& problem, const ExpertsPlan& plan) {
@@ -102,9 +100,7 @@ std::string why_plan_cannot_run(const ExpertsPlan& plan, const ExpertsProblem& p
     return fmt::format("the stream kernel takes block_m in [1, {}]; got {}", kMaxStreamRows,
                        plan.block_m);
   }
-  if (plan.kernel == GemmKernel::kWgmma || plan.kernel == GemmKernel::kTma ||
-      plan.kernel == GemmKernel::kTmaEager || plan.kernel == GemmKernel::kTmaPair ||
-      plan.kernel == GemmKernel::kTmaDynamic) {
+  if (plan.kernel == GemmKernel::kWgmma || is_tma_kernel(plan.kernel)) {
     const bool wgmma = plan.kernel == GemmKernel::kWgmma;
     const char* name = wgmma ? "wgmma" : "tma";
     if (!wgmma_available()) return fmt::format("the {} kernel needs a Hopper GPU (sm_90)", name);

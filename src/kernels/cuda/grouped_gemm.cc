@@ -24,9 +24,7 @@ bool mma_supports(const GroupedGemmArgs& args) {
 
 void grouped_gemm(GemmKernel kernel, bool gated, const GroupedGemmArgs& args, cudaStream_t stream) {
   if (args.max_blocks == 0 || args.out_columns == 0) return;
-  const bool tma = kernel == GemmKernel::kTma || kernel == GemmKernel::kTmaEager ||
-                   kernel == GemmKernel::kTmaPair || kernel == GemmKernel::kTmaDynamic;
-  if (!tma && (args.out_in_block_order || args.input_in_block_order)) {
+  if (!is_tma_kernel(kernel) && (args.out_in_block_order || args.input_in_block_order)) {
     // The other kernels read and write rows in pair order only, and would silently do so.
     fail("grouped_gemm: rows in block order need a tma kernel; got kernel {} (gemm {})",
          static_cast<int>(kernel), gated ? 1 : 2);

@@ -70,6 +70,12 @@ enum class GemmKernel : uint8_t {
   kTmaDynamic,
 };
 
+// The warp-specialized Hopper kernels: kTma and its variants.
+constexpr bool is_tma_kernel(GemmKernel kernel) {
+  return kernel == GemmKernel::kTma || kernel == GemmKernel::kTmaEager ||
+         kernel == GemmKernel::kTmaPair || kernel == GemmKernel::kTmaDynamic;
+}
+
 // Rows per block each kernel accepts: the stream kernel any block_m up to kMaxStreamRows, the
 // tensor-core kernel exactly one of its tile heights.
 inline constexpr int64_t kMaxStreamRows = 16;
