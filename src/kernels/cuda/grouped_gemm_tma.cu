@@ -662,6 +662,17 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
   return encode;
 }
 
+// A bf16 tensor of `rank` (2 or 3) dimensions, innermost first, with the byte strides of the outer
+// ones, read in `box` boxes with the 128-byte swizzle the wgmma descriptors assume.
+CUresult encode_swizzled_map(CUtensorMap& map, const void* base, int rank, const cuuint64_t* dims,
+                             const cuuint64_t* strides, const cuuint32_t* box) {
+  const cuuint32_t element_strides[3] = {1, 1, 1};
+  return tensor_map_encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, rank, const_cast<void*>(base),
+                              dims, strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                              CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                              CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+}
+
 // The weights as a 3-D tensor [E_local, weight_rows, K] read in {64 k, 64 rows, 1 expert} boxes
 // with the 128-byte swizzle. Encoded on the host for every launch and passed by value
 // (__grid_constant__), so a captured graph holds its own copy and nothing touches the device.
@@ -672,12 +683,8 @@ CUtensorMap weight_tensor_map(const GroupedGemmArgs& a) {
   const cuuint64_t strides[2] = {static_cast<cuuint64_t>(a.k_dim) * 2,
                                  static_cast<cuuint64_t>(a.weight_rows * a.k_dim) * 2};
   const cuuint32_t box[3] = {kTileK, kBoxRows, 1};
-  const cuuint32_t element_strides[3] = {1, 1, 1};
   CUtensorMap map;
-  const CUresult result = tensor_map_encoder()(
-      &map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<void*>(a.weights), dims, strides, box,
-      element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  const CUresult result = encode_swizzled_map(map, a.weights, 3, dims, strides, box);
   if (result != CUDA_SUCCESS) {
     fail(
         "grouped_gemm (tma): cuTensorMapEncodeTiled failed (CUresult {}) for weights of {} "
@@ -696,11 +703,7 @@ CUtensorMap input_tensor_map(const GroupedGemmArgs& a) {
                               static_cast<cuuint64_t>(a.max_blocks * a.block_m)};
   const cuuint64_t strides[1] = {static_cast<cuuint64_t>(a.k_dim) * 2};
   const cuuint32_t box[2] = {kTileK, static_cast<cuuint32_t>(a.block_m)};
-  const cuuint32_t element_strides[2] = {1, 1};
-  const CUresult result = tensor_map_encoder()(
-      &map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(a.input), dims, strides, box,
-      element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  const CUresult result = encode_swizzled_map(map, a.input, 2, dims, strides, box);
   if (result != CUDA_SUCCESS) {
     fail(
         "grouped_gemm (tma): cuTensorMapEncodeTiled failed (CUresult {}) for input rows of {} "
