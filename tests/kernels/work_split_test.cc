@@ -1,7 +1,7 @@
 // Properties of the work split: every row of every expert meets every weight pair exactly once,
-// chunks respect the rows per pass, every thread gets a share of every expert, and an expert
-// holding half the pairs is cut finely enough that no item holds more than a small part of the
-// total work.
+// chunks respect the rows per pass, every thread gets a share of every expert in decode (a
+// prefill chunk may go to one thread whole), and an expert holding half the pairs is cut finely
+// enough that no item holds more than a small part of the total work.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -82,7 +82,12 @@ void check_split(const SplitCase& c) {
     if (!last_of_expert) {
       EXPECT_EQ(chunks[ch].num_rows % multiple, 0) << "chunk " << ch;
     }
-    EXPECT_GE(items_per_chunk[ch], std::min<int64_t>(c.num_threads, P)) << "chunk " << ch;
+    // Decode: every thread gets a share of every chunk. Prefill (four chunks per thread or more):
+    // a chunk of more than one row block may go to one thread whole.
+    const bool prefill = chunks.size() >= 4 * static_cast<size_t>(c.num_threads);
+    if (!prefill || chunks[ch].num_rows <= multiple) {
+      EXPECT_GE(items_per_chunk[ch], std::min<int64_t>(c.num_threads, P)) << "chunk " << ch;
+    }
   }
   // No item carries more than a quarter of one thread's fair share, unless the chunk could not
   // be cut finer (one pair per item).
@@ -113,6 +118,28 @@ TEST(WorkSplit, DecodeSplitsEveryExpertAcrossThreads) {
     c.num_threads = threads;
     c.costs = qwen_like_costs(48, 256, 6);
     check_split(c);
+  }
+}
+
+TEST(WorkSplit, PrefillGivesEachChunkToOneThread) {
+  // 4096 tokens of a 128-expert top-8 model: one chunk of 256 rows per expert, each cheap enough
+  // to be one item, so each thread gathers the rows of its own chunks only.
+  SplitCase c;
+  c.rows_per_expert = std::vector<int32_t>(128, 256);
+  c.costs = qwen_like_costs(48, 256, 32);
+  check_split(c);
+  std::vector<int32_t> ids(128 * 256);
+  std::iota(ids.begin(), ids.end(), 0);
+  std::vector<cpu::ExpertRows> groups;
+  for (int32_t e = 0; e < 128; ++e) groups.push_back({e, 256, ids.data() + e * 256});
+  std::vector<cpu::ExpertRows> chunks;
+  std::vector<cpu::WorkItem> items;
+  cpu::split_work(groups.data(), 128, c.costs, 2, chunks, items);
+  ASSERT_EQ(chunks.size(), 128u);
+  ASSERT_EQ(items.size(), 128u);
+  for (size_t i = 0; i < items.size(); ++i) {
+    EXPECT_EQ(items[i].chunk, static_cast<int32_t>(i));
+    EXPECT_EQ(items[i].pair_end - items[i].pair_begin, 48);
   }
 }
 

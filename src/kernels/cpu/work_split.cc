@@ -31,7 +31,7 @@ void split_work(const ExpertRows* groups, int64_t num_groups, const WorkCosts& c
   int64_t total_rows = 0;
   for (int64_t g = 0; g < num_groups; ++g) total_rows += groups[g].num_rows;
   // A group of r rows makes ceil(r / rows_per_pass) chunks; a chunk of cost c makes at most
-  // c / target + 1 items, and at least min(threads, pairs): see the loop below.
+  // c / target + 1 items, and at least min(threads, pairs) or one: see the loop below.
   const int64_t max_chunks = num_groups + total_rows / rows_per_pass;
   chunks.reserve(static_cast<size_t>(max_chunks));
   items.reserve(static_cast<size_t>(kItemsPerThread * threads + max_chunks * (threads + 1)));
@@ -57,10 +57,16 @@ void split_work(const ExpertRows* groups, int64_t num_groups, const WorkCosts& c
   total *= static_cast<double>(costs.num_pairs);
   const double target = total / (kItemsPerThread * std::max(num_threads, 1));
   const int64_t min_pieces = std::min<int64_t>(std::max(num_threads, 1), costs.num_pairs);
+  // Prefill: with enough chunks to go round, a chunk of more than one row block is cut by its cost
+  // alone, so most go to one thread whole. Cut into min_pieces, every thread gathered the same
+  // rows of every chunk (packed_gemm.cc gathers a chunk's rows per thread): a 4096-token layer
+  // took about 3% longer (amx path) and 4% (avx2).
+  const bool prefill = static_cast<double>(chunks.size()) >= kItemsPerThread * threads;
   for (size_t c = 0; c < chunks.size(); ++c) {
     const double cost = pair_cost(costs, chunks[c].num_rows) * static_cast<double>(costs.num_pairs);
+    const bool whole = prefill && chunks[c].num_rows > costs.row_multiple;
     const int64_t pieces = std::clamp<int64_t>(static_cast<int64_t>(std::ceil(cost / target)),
-                                               min_pieces, costs.num_pairs);
+                                               whole ? 1 : min_pieces, costs.num_pairs);
     for (int64_t i = 0; i < pieces; ++i) {
       items.push_back({static_cast<int32_t>(c), static_cast<int32_t>(i * costs.num_pairs / pieces),
                        static_cast<int32_t>((i + 1) * costs.num_pairs / pieces)});

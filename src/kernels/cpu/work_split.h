@@ -5,9 +5,11 @@
 // streamed once per chunk, so a chunk holds as many rows as the input buffers allow), and each
 // chunk's panel pairs into work items of about equal cost:
 //   cost of one pair of a chunk = pair_bytes * flops_per_byte + rows * pair_flops_per_row
-// Every chunk is cut into at least min(num_threads, num_pairs) items, so in decode all threads
-// stream the same expert's weights side by side; items are listed chunk by chunk, and threads
-// take them in that order. Tested by tests/kernels/work_split_test.cc.
+// In decode every chunk is cut into at least min(num_threads, num_pairs) items, so all threads
+// stream the same expert's weights side by side. In prefill (at least four chunks per thread), a
+// chunk of more than one row block (row_multiple rows) is cut by cost alone: most then
+// go to one thread whole, which gathers their rows once. Items are listed chunk by chunk, and
+// threads take them in that order. Tested by tests/kernels/work_split_test.cc.
 #pragma once
 
 #include <cstdint>
