@@ -29,6 +29,7 @@ struct ExpertsWorkspace {
   std::vector<int32_t> expert_offsets;   // [E + 1]
   std::vector<ExpertRows> groups;        // [touched experts]
   std::vector<float> cache2;             // [M*k, I] of the kernels' input dtype
+  std::vector<ExpertRows> gemm2_rest;    // chunks whose gemm2 reads cache2 (packed_mlp_prefill)
   std::vector<float> cache3;             // [M*k, H] of cache3_dtype, from a cache line on
   std::vector<int32_t> token_ids;        // [M]: 0..M-1, the shared experts' rows
   std::vector<float> shared_gate;        // [M]: sigmoid(hidden · gate)

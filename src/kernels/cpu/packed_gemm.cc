@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <numeric>
 
 #include "kernels/cpu/cpu_tuning.h"
 #include "kernels/cpu/epilogue_rows.h"
@@ -78,6 +79,18 @@ const char* input_row(const PackedGemmArgs& args, int32_t id) {
          row * args.layout.k * static_cast<int64_t>(dtype_size(args.a_dtype));
 }
 
+// What the kernels read of the row buffer beyond the data: zero past each row's `used` bytes, and
+// whole rows of zeros past the last up to the kernel's row multiple.
+void zero_row_tails(int64_t num_rows, int64_t used, int64_t row_multiple, const BufferShape& s,
+                    const ThreadBuffers& b) {
+  for (int64_t r = 0; r < num_rows; ++r) {
+    std::memset(b.rows + r * s.row_bytes + used, 0, static_cast<size_t>(s.row_bytes - used));
+  }
+  const int64_t padded = round_up(num_rows, row_multiple);
+  std::memset(b.rows + num_rows * s.row_bytes, 0,
+              static_cast<size_t>((padded - num_rows) * s.row_bytes));
+}
+
 // The chunk's rows, converted to the kernel's input dtype, zero past k and past the last row up
 // to the kernel's row multiple.
 void gather_rows(const PackedGemmArgs& args, const ExpertRows& chunk, DType kernel_dtype,
@@ -103,19 +116,27 @@ void gather_rows(const PackedGemmArgs& args, const ExpertRows& chunk, DType kern
       }
       convert_from_f32(b.convert, kernel_dtype, dst, static_cast<size_t>(k));
     }
-    const int64_t used = k * static_cast<int64_t>(dtype_size(kernel_dtype));
-    std::memset(dst + used, 0, static_cast<size_t>(s.row_bytes - used));
   }
-  const int64_t padded = round_up(chunk.num_rows, row_multiple);
-  std::memset(b.rows + chunk.num_rows * s.row_bytes, 0,
-              static_cast<size_t>((padded - chunk.num_rows) * s.row_bytes));
+  zero_row_tails(chunk.num_rows, k * static_cast<int64_t>(dtype_size(kernel_dtype)), row_multiple,
+                 s, b);
 }
+
+// Where a gated epilogue stores row r of a chunk: out + ids[r] * stride elements of dtype. By
+// default args.out at the chunk's own row ids; packed_mlp_prefill's rows go to a buffer of the
+// chunk's rows in order instead (ids 0, 1, ...).
+struct GatedOut {
+  void* out = nullptr;
+  int64_t stride = 0;
+  DType dtype = DType::kF32;
+  const int32_t* ids = nullptr;
+};
 
 // acc [chunk rows, 32] -> the outputs of the chunk's rows for pair `pair`. SiLU runs on the path's
 // own build of epilogue_rows.h; the other activations row by row through gated_activation().
 void gated_epilogue(const PackedGemmArgs& args, const ExpertKernels& kernels,
-                    const ExpertRows& chunk, int64_t pair, const float* acc) {
+                    const ExpertRows& chunk, int64_t pair, const float* acc, const GatedOut* to) {
   const int64_t n = args.layout.n, intermediate = n / 2;
+  const GatedOut dst = to ? *to : GatedOut{args.out, intermediate, args.out_dtype, chunk.ids};
   const int64_t i0 = pair * kPanelWidth;
   const int64_t width = std::min(kPanelWidth, intermediate - i0);
   float bias[kPairWidth] = {};  // gate, then up
@@ -129,27 +150,27 @@ void gated_epilogue(const PackedGemmArgs& args, const ExpertKernels& kernels,
     EpilogueArgs e;
     e.acc = acc;
     e.rows = chunk.num_rows;
-    e.ids = chunk.ids;
+    e.ids = dst.ids;
     e.bias = args.bias ? bias : nullptr;
     e.width = width;
-    e.out = static_cast<char*>(args.out) + i0 * static_cast<int64_t>(dtype_size(args.out_dtype));
-    e.out_stride = intermediate;
-    e.out_dtype = args.out_dtype;
+    e.out = static_cast<char*>(dst.out) + i0 * static_cast<int64_t>(dtype_size(dst.dtype));
+    e.out_stride = dst.stride;
+    e.out_dtype = dst.dtype;
     (kernels.silu_rows ? kernels.silu_rows : &silu_rows<kBaselineLanes>)(e);
     return;
   }
   float gate[kPanelWidth], up[kPanelWidth], activated[kPanelWidth];
-  const int64_t out_bytes = static_cast<int64_t>(dtype_size(args.out_dtype));
+  const int64_t out_bytes = static_cast<int64_t>(dtype_size(dst.dtype));
   for (int64_t r = 0; r < chunk.num_rows; ++r) {
     const float* values = acc + r * kPairWidth;
     for (int64_t c = 0; c < width; ++c) {
       gate[c] = values[c] + bias[c];
       up[c] = values[kPanelWidth + c] + bias[kPanelWidth + c];
     }
-    const int32_t id = chunk.ids[r];
+    const int32_t id = dst.ids[r];
     gated_activation(args.activation, gate, up, width, activated);
-    convert_from_f32(activated, args.out_dtype,
-                     static_cast<char*>(args.out) + (id * intermediate + i0) * out_bytes,
+    convert_from_f32(activated, dst.dtype,
+                     static_cast<char*>(dst.out) + (id * dst.stride + i0) * out_bytes,
                      static_cast<size_t>(width));
   }
 }
@@ -226,7 +247,8 @@ BlockSpan block_ahead(const PackedLayout& layout, const uint8_t* expert, const W
 // block (block_ahead; the next pair, when blocks are the whole of k) is prefetched to L2: the
 // chunk's row blocks give memory the time to deliver it.
 void run_item(const PackedGemmArgs& args, const ExpertKernels& kernels, const ExpertRows& chunk,
-              const WorkItem& item, const BufferShape& s, const ThreadBuffers& b) {
+              const WorkItem& item, const BufferShape& s, const ThreadBuffers& b,
+              const GatedOut* gated_out = nullptr) {
   const PackedLayout& layout = args.layout;
   const TileKernel& kernel = kernels.tile;
   const uint8_t* expert = args.experts[chunk.expert];
@@ -267,7 +289,7 @@ void run_item(const PackedGemmArgs& args, const ExpertKernels& kernels, const Ex
       }
     }
     if (layout.gated) {
-      gated_epilogue(args, kernels, chunk, pair, b.acc);
+      gated_epilogue(args, kernels, chunk, pair, b.acc, gated_out);
     } else {
       plain_epilogue(args, kernels, chunk, pair, b.acc);
     }
@@ -276,36 +298,79 @@ void run_item(const PackedGemmArgs& args, const ExpertKernels& kernels, const Ex
 
 }  // namespace
 
-void packed_gemm(const PackedGemmArgs& args, const ExpertRows* groups, int64_t num_groups,
-                 const ExpertKernels& kernels, int64_t rows_per_pass, PackedGemmWorkspace& ws,
-                 int num_threads) {
-  const PackedLayout& layout = args.layout;
+namespace {
+
+WorkCosts work_costs(const PackedGemmArgs& args, const ExpertKernels& kernels,
+                     int64_t rows_per_pass) {
   WorkCosts costs;
-  costs.num_pairs = layout.num_pairs;
-  costs.pair_bytes = static_cast<double>(layout.pair_bytes());
-  costs.pair_flops_per_row = 2.0 * kPairWidth * static_cast<double>(layout.k);
+  costs.num_pairs = args.layout.num_pairs;
+  costs.pair_bytes = static_cast<double>(args.layout.pair_bytes());
+  costs.pair_flops_per_row = 2.0 * kPairWidth * static_cast<double>(args.layout.k);
   costs.flops_per_byte = kernels.flops_per_byte;
   costs.rows_per_pass = rows_per_pass;
   costs.row_multiple = kernels.tile.max_rows;
-  split_work(groups, num_groups, costs, num_threads, ws.chunks, ws.items);
-  if (ws.items.empty()) return;
+  return costs;
+}
 
-  // Buffers for the largest chunk this many rows could make, however they are routed: batches no
-  // larger than one seen before allocate nothing.
-  int64_t total_rows = 0;
-  for (int64_t g = 0; g < num_groups; ++g) total_rows += groups[g].num_rows;
-  const int64_t max_rows = std::min(total_rows, round_up(rows_per_pass, costs.row_multiple));
-  const DType kernel_dtype = kernels.tile.a_dtype;
-  const int64_t row_multiple = kernels.tile.row_multiple;
-  const BufferShape shape = buffer_shape(max_rows, layout, kernel_dtype);
-  const int64_t needed = num_threads * shape.floats + kFloatsPerCacheLine;
+int64_t total_rows(const ExpertRows* groups, int64_t num_groups) {
+  int64_t rows = 0;
+  for (int64_t g = 0; g < num_groups; ++g) rows += groups[g].num_rows;
+  return rows;
+}
+
+// The most rows a chunk of these groups can hold, however they are routed: buffers sized for it
+// make batches no larger than one seen before allocate nothing.
+int64_t max_chunk_rows(const ExpertRows* groups, int64_t num_groups, const WorkCosts& costs) {
+  return std::min(total_rows(groups, num_groups),
+                  round_up(costs.rows_per_pass, costs.row_multiple));
+}
+
+// Clears the flag of every chunk that `items` (listed chunk by chunk) cut into several items.
+void clear_chunks_of_several_items(const std::vector<WorkItem>& items,
+                                   std::vector<uint8_t>& flags) {
+  for (size_t i = 0; i < items.size(); ++i) {
+    const bool alone = (i == 0 || items[i - 1].chunk != items[i].chunk) &&
+                       (i + 1 == items.size() || items[i + 1].chunk != items[i].chunk);
+    if (!alone) flags[static_cast<size_t>(items[i].chunk)] = 0;
+  }
+}
+
+// The workspace's per-thread buffers, `floats` for each thread; returns the first thread's slice.
+// Each slice starts on a cache line (floats is a multiple of one).
+float* thread_slices(PackedGemmWorkspace& ws, int num_threads, int64_t floats) {
+  const int64_t needed = num_threads * floats + kFloatsPerCacheLine;
   if (static_cast<int64_t>(ws.thread_buffers.size()) < needed) {
     ws.thread_buffers.resize(static_cast<size_t>(needed));
   }
-  // Each thread's slice starts on a cache line.
   const auto address = reinterpret_cast<uintptr_t>(ws.thread_buffers.data());
-  float* base = ws.thread_buffers.data() +
-                (round_up(static_cast<int64_t>(address), 64) - static_cast<int64_t>(address)) / 4;
+  return ws.thread_buffers.data() +
+         (round_up(static_cast<int64_t>(address), 64) - static_cast<int64_t>(address)) / 4;
+}
+
+// Whether packed_mlp_prefill may keep gemm2's rows to itself: gemm2 reads gemm1's outputs by row
+// id, unscaled, and gemm1 stores them in the kernels' input dtype, so the rows gemm2 would gather
+// are bit for bit the ones gemm1 computed.
+bool down_reads_up_rows(const PackedGemmArgs& up, const PackedGemmArgs& down,
+                        const ExpertKernels& kernels) {
+  return up.layout.gated && up.out_dtype == kernels.tile.a_dtype && down.a == up.out &&
+         down.a_dtype == up.out_dtype && down.a_row_divisor == 1 && down.a_row_ptrs == nullptr &&
+         down.a_scale == nullptr && down.layout.k == up.layout.n / 2;
+}
+
+}  // namespace
+
+void packed_gemm(const PackedGemmArgs& args, const ExpertRows* groups, int64_t num_groups,
+                 const ExpertKernels& kernels, int64_t rows_per_pass, PackedGemmWorkspace& ws,
+                 int num_threads) {
+  const WorkCosts costs = work_costs(args, kernels, rows_per_pass);
+  split_work(groups, num_groups, costs, num_threads, ws.chunks, ws.items);
+  if (ws.items.empty()) return;
+
+  const DType kernel_dtype = kernels.tile.a_dtype;
+  const int64_t row_multiple = kernels.tile.row_multiple;
+  const BufferShape shape =
+      buffer_shape(max_chunk_rows(groups, num_groups, costs), args.layout, kernel_dtype);
+  float* base = thread_slices(ws, num_threads, shape.floats);
 
   const int64_t num_items = static_cast<int64_t>(ws.items.size());
 #pragma omp parallel num_threads(num_threads)
@@ -322,6 +387,76 @@ void packed_gemm(const PackedGemmArgs& args, const ExpertRows* groups, int64_t n
         gathered_chunk = item.chunk;
       }
       run_item(args, kernels, chunk, item, shape, mine);
+    }
+    if (kernels.tile.thread_end) kernels.tile.thread_end();
+  }
+}
+
+void packed_mlp_prefill(const PackedGemmArgs& up, const PackedGemmArgs& down,
+                        const ExpertRows* groups, int64_t num_groups, const ExpertKernels& kernels,
+                        int64_t rows_per_pass, PackedGemmWorkspace& ws, int num_threads,
+                        std::vector<ExpertRows>& rest) {
+  const WorkCosts up_costs = work_costs(up, kernels, rows_per_pass);
+  const WorkCosts down_costs = work_costs(down, kernels, rows_per_pass);
+  split_work(groups, num_groups, up_costs, num_threads, ws.chunks, ws.items);
+  split_work(groups, num_groups, down_costs, num_threads, ws.down_chunks, ws.down_items);
+  // The same rows per pass and row multiple make the same chunks for both. A chunk is run whole
+  // (both GEMMs on one thread) when each split made it a single item.
+  const size_t num_chunks = ws.chunks.size();
+  const size_t chunk_bound = static_cast<size_t>(
+      num_groups + total_rows(groups, num_groups) / std::max<int64_t>(rows_per_pass, 1));
+  ws.whole.reserve(chunk_bound);
+  rest.reserve(chunk_bound);
+  ws.whole.assign(num_chunks, down_reads_up_rows(up, down, kernels) ? 1 : 0);
+  clear_chunks_of_several_items(ws.items, ws.whole);
+  clear_chunks_of_several_items(ws.down_items, ws.whole);
+  rest.clear();
+  for (size_t c = 0; c < num_chunks; ++c) {
+    if (!ws.whole[c]) rest.push_back(ws.chunks[c]);
+  }
+  if (ws.items.empty()) return;
+
+  const DType kernel_dtype = kernels.tile.a_dtype;
+  const int64_t row_multiple = kernels.tile.row_multiple;
+  const int64_t max_rows = max_chunk_rows(groups, num_groups, up_costs);
+  const BufferShape up_shape = buffer_shape(max_rows, up.layout, kernel_dtype);
+  const BufferShape down_shape = buffer_shape(max_rows, down.layout, kernel_dtype);
+  float* base = thread_slices(ws, num_threads, up_shape.floats + down_shape.floats);
+  if (static_cast<int64_t>(ws.row_order.size()) < max_rows) {
+    ws.row_order.resize(static_cast<size_t>(max_rows));
+    std::iota(ws.row_order.begin(), ws.row_order.end(), 0);
+  }
+  const int64_t intermediate = up.layout.n / 2;
+  const int64_t down_used = intermediate * static_cast<int64_t>(dtype_size(kernel_dtype));
+
+  const int64_t num_items = static_cast<int64_t>(ws.items.size());
+#pragma omp parallel num_threads(num_threads)
+  {
+    float* slice = base + omp_get_thread_num() * (up_shape.floats + down_shape.floats);
+    const ThreadBuffers up_rows = carve(slice, up_shape);
+    const ThreadBuffers down_rows = carve(slice + up_shape.floats, down_shape);
+    const GatedOut to_down_rows{down_rows.rows, down_shape.a_stride, kernel_dtype,
+                                ws.row_order.data()};
+    if (kernels.tile.thread_begin) kernels.tile.thread_begin();
+    int32_t gathered_chunk = -1;
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t i = 0; i < num_items; ++i) {
+      const WorkItem& item = ws.items[i];
+      const ExpertRows& chunk = ws.chunks[item.chunk];
+      if (item.chunk != gathered_chunk) {
+        gather_rows(up, chunk, kernel_dtype, row_multiple, up_shape, up_rows);
+        gathered_chunk = item.chunk;
+      }
+      if (!ws.whole[static_cast<size_t>(item.chunk)]) {
+        run_item(up, kernels, chunk, item, up_shape, up_rows);
+        continue;
+      }
+      // gemm1's outputs become gemm2's rows here, in chunk order, and stay in this core's
+      // caches: cache2 is neither written nor gathered for this chunk.
+      zero_row_tails(chunk.num_rows, down_used, row_multiple, down_shape, down_rows);
+      run_item(up, kernels, chunk, item, up_shape, up_rows, &to_down_rows);
+      const WorkItem all_pairs{item.chunk, 0, static_cast<int32_t>(down.layout.num_pairs)};
+      run_item(down, kernels, chunk, all_pairs, down_shape, down_rows);
     }
     if (kernels.tile.thread_end) kernels.tile.thread_end();
   }

@@ -56,11 +56,29 @@ struct PackedGemmWorkspace {
   std::vector<ExpertRows> chunks;
   std::vector<WorkItem> items;
   std::vector<float> thread_buffers;  // per thread: input rows, accumulators, a row of f32
+  // packed_mlp_prefill: gemm2's split, which chunks run whole, and the ids 0, 1, ... of a
+  // chunk's rows in order.
+  std::vector<ExpertRows> down_chunks;
+  std::vector<WorkItem> down_items;
+  std::vector<uint8_t> whole;
+  std::vector<int32_t> row_order;
 };
 
 // rows_per_pass: most rows of one expert per pass over its weights (the block_m option).
 void packed_gemm(const PackedGemmArgs& args, const ExpertRows* groups, int64_t num_groups,
                  const ExpertKernels& kernels, int64_t rows_per_pass,
                  PackedGemmWorkspace& workspace, int num_threads);
+
+// gemm1 (`up`, gated) of every group, and gemm2 (`down`, which reads up's outputs by row id:
+// down.a == up.out) of the chunks that both work splits leave to one thread whole (prefill,
+// work_split.h). The thread keeps such a chunk's gemm1 outputs as gemm2's input rows in its own
+// buffer, in its caches: up.out is not written for them, nor read back. `rest` receives the
+// chunks whose gemm2 is still to run, for packed_gemm(down, rest, ...). The results are bit for
+// bit those of packed_gemm(up) then packed_gemm(down); when down does not read up's rows as they
+// are (scaled, another dtype), every chunk is left to `rest`.
+void packed_mlp_prefill(const PackedGemmArgs& up, const PackedGemmArgs& down,
+                        const ExpertRows* groups, int64_t num_groups, const ExpertKernels& kernels,
+                        int64_t rows_per_pass, PackedGemmWorkspace& workspace, int num_threads,
+                        std::vector<ExpertRows>& rest);
 
 }  // namespace moe::cpu
