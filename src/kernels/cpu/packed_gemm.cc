@@ -296,10 +296,6 @@ void run_item(const PackedGemmArgs& args, const ExpertKernels& kernels, const Ex
   }
 }
 
-}  // namespace
-
-namespace {
-
 WorkCosts work_costs(const PackedGemmArgs& args, const ExpertKernels& kernels,
                      int64_t rows_per_pass) {
   WorkCosts costs;
