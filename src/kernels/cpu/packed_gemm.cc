@@ -353,6 +353,58 @@ bool down_reads_up_rows(const PackedGemmArgs& up, const PackedGemmArgs& down,
          down.a_scale == nullptr && down.layout.k == up.layout.n / 2;
 }
 
+// Runs ws.items (of the chunks ws.chunks) of `up` on num_threads threads, each thread gathering a
+// chunk's rows once per run of that chunk's items. With `down`, a chunk flagged in ws.whole then
+// runs every pair of `down` on the same thread, from the rows up's epilogue wrote into the
+// thread's second buffer (packed_mlp_prefill).
+void run_items(const PackedGemmArgs& up, const PackedGemmArgs* down, const ExpertKernels& kernels,
+               int64_t max_rows, PackedGemmWorkspace& ws, int num_threads) {
+  const DType kernel_dtype = kernels.tile.a_dtype;
+  const int64_t row_multiple = kernels.tile.row_multiple;
+  const BufferShape up_shape = buffer_shape(max_rows, up.layout, kernel_dtype);
+  const BufferShape down_shape =
+      down ? buffer_shape(max_rows, down->layout, kernel_dtype) : BufferShape{};
+  const int64_t floats = up_shape.floats + down_shape.floats;
+  float* base = thread_slices(ws, num_threads, floats);
+  if (down && static_cast<int64_t>(ws.row_order.size()) < max_rows) {
+    ws.row_order.resize(static_cast<size_t>(max_rows));
+    std::iota(ws.row_order.begin(), ws.row_order.end(), 0);
+  }
+  const int64_t down_used = up.layout.n / 2 * static_cast<int64_t>(dtype_size(kernel_dtype));
+
+  const int64_t num_items = static_cast<int64_t>(ws.items.size());
+#pragma omp parallel num_threads(num_threads)
+  {
+    float* slice = base + omp_get_thread_num() * floats;
+    const ThreadBuffers up_rows = carve(slice, up_shape);
+    const ThreadBuffers down_rows = carve(slice + up_shape.floats, down_shape);
+    const GatedOut to_down_rows{down_rows.rows, down_shape.a_stride, kernel_dtype,
+                                ws.row_order.data()};
+    if (kernels.tile.thread_begin) kernels.tile.thread_begin();
+    int32_t gathered_chunk = -1;
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t i = 0; i < num_items; ++i) {
+      const WorkItem& item = ws.items[i];
+      const ExpertRows& chunk = ws.chunks[item.chunk];
+      if (item.chunk != gathered_chunk) {
+        gather_rows(up, chunk, kernel_dtype, row_multiple, up_shape, up_rows);
+        gathered_chunk = item.chunk;
+      }
+      if (!down || !ws.whole[static_cast<size_t>(item.chunk)]) {
+        run_item(up, kernels, chunk, item, up_shape, up_rows);
+        continue;
+      }
+      // gemm1's outputs become gemm2's rows here, in chunk order, and stay in this core's
+      // caches: cache2 is neither written nor gathered for this chunk.
+      zero_row_tails(chunk.num_rows, down_used, row_multiple, down_shape, down_rows);
+      run_item(up, kernels, chunk, item, up_shape, up_rows, &to_down_rows);
+      const WorkItem all_pairs{item.chunk, 0, static_cast<int32_t>(down->layout.num_pairs)};
+      run_item(*down, kernels, chunk, all_pairs, down_shape, down_rows);
+    }
+    if (kernels.tile.thread_end) kernels.tile.thread_end();
+  }
+}
+
 }  // namespace
 
 void packed_gemm(const PackedGemmArgs& args, const ExpertRows* groups, int64_t num_groups,
@@ -361,31 +413,7 @@ void packed_gemm(const PackedGemmArgs& args, const ExpertRows* groups, int64_t n
   const WorkCosts costs = work_costs(args, kernels, rows_per_pass);
   split_work(groups, num_groups, costs, num_threads, ws.chunks, ws.items);
   if (ws.items.empty()) return;
-
-  const DType kernel_dtype = kernels.tile.a_dtype;
-  const int64_t row_multiple = kernels.tile.row_multiple;
-  const BufferShape shape =
-      buffer_shape(max_chunk_rows(groups, num_groups, costs), args.layout, kernel_dtype);
-  float* base = thread_slices(ws, num_threads, shape.floats);
-
-  const int64_t num_items = static_cast<int64_t>(ws.items.size());
-#pragma omp parallel num_threads(num_threads)
-  {
-    const ThreadBuffers mine = carve(base + omp_get_thread_num() * shape.floats, shape);
-    if (kernels.tile.thread_begin) kernels.tile.thread_begin();
-    int32_t gathered_chunk = -1;
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t i = 0; i < num_items; ++i) {
-      const WorkItem& item = ws.items[i];
-      const ExpertRows& chunk = ws.chunks[item.chunk];
-      if (item.chunk != gathered_chunk) {
-        gather_rows(args, chunk, kernel_dtype, row_multiple, shape, mine);
-        gathered_chunk = item.chunk;
-      }
-      run_item(args, kernels, chunk, item, shape, mine);
-    }
-    if (kernels.tile.thread_end) kernels.tile.thread_end();
-  }
+  run_items(args, nullptr, kernels, max_chunk_rows(groups, num_groups, costs), ws, num_threads);
 }
 
 void packed_mlp_prefill(const PackedGemmArgs& up, const PackedGemmArgs& down,
@@ -411,51 +439,7 @@ void packed_mlp_prefill(const PackedGemmArgs& up, const PackedGemmArgs& down,
     if (!ws.whole[c]) rest.push_back(ws.chunks[c]);
   }
   if (ws.items.empty()) return;
-
-  const DType kernel_dtype = kernels.tile.a_dtype;
-  const int64_t row_multiple = kernels.tile.row_multiple;
-  const int64_t max_rows = max_chunk_rows(groups, num_groups, up_costs);
-  const BufferShape up_shape = buffer_shape(max_rows, up.layout, kernel_dtype);
-  const BufferShape down_shape = buffer_shape(max_rows, down.layout, kernel_dtype);
-  float* base = thread_slices(ws, num_threads, up_shape.floats + down_shape.floats);
-  if (static_cast<int64_t>(ws.row_order.size()) < max_rows) {
-    ws.row_order.resize(static_cast<size_t>(max_rows));
-    std::iota(ws.row_order.begin(), ws.row_order.end(), 0);
-  }
-  const int64_t intermediate = up.layout.n / 2;
-  const int64_t down_used = intermediate * static_cast<int64_t>(dtype_size(kernel_dtype));
-
-  const int64_t num_items = static_cast<int64_t>(ws.items.size());
-#pragma omp parallel num_threads(num_threads)
-  {
-    float* slice = base + omp_get_thread_num() * (up_shape.floats + down_shape.floats);
-    const ThreadBuffers up_rows = carve(slice, up_shape);
-    const ThreadBuffers down_rows = carve(slice + up_shape.floats, down_shape);
-    const GatedOut to_down_rows{down_rows.rows, down_shape.a_stride, kernel_dtype,
-                                ws.row_order.data()};
-    if (kernels.tile.thread_begin) kernels.tile.thread_begin();
-    int32_t gathered_chunk = -1;
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t i = 0; i < num_items; ++i) {
-      const WorkItem& item = ws.items[i];
-      const ExpertRows& chunk = ws.chunks[item.chunk];
-      if (item.chunk != gathered_chunk) {
-        gather_rows(up, chunk, kernel_dtype, row_multiple, up_shape, up_rows);
-        gathered_chunk = item.chunk;
-      }
-      if (!ws.whole[static_cast<size_t>(item.chunk)]) {
-        run_item(up, kernels, chunk, item, up_shape, up_rows);
-        continue;
-      }
-      // gemm1's outputs become gemm2's rows here, in chunk order, and stay in this core's
-      // caches: cache2 is neither written nor gathered for this chunk.
-      zero_row_tails(chunk.num_rows, down_used, row_multiple, down_shape, down_rows);
-      run_item(up, kernels, chunk, item, up_shape, up_rows, &to_down_rows);
-      const WorkItem all_pairs{item.chunk, 0, static_cast<int32_t>(down.layout.num_pairs)};
-      run_item(down, kernels, chunk, all_pairs, down_shape, down_rows);
-    }
-    if (kernels.tile.thread_end) kernels.tile.thread_end();
-  }
+  run_items(up, &down, kernels, max_chunk_rows(groups, num_groups, up_costs), ws, num_threads);
 }
 
 }  // namespace moe::cpu
