@@ -24,7 +24,8 @@ struct StageTimes {
   double route_us = 0;
   double align_us = 0;
   // CPU prefill runs gemm2 of a chunk that one thread takes whole right after its gemm1; that
-  // gemm2 time counts in gemm1_us.
+  // gemm2 time counts in gemm1_us. The CUDA decode plan runs gemm1, gemm2 and the sum in one
+  // launch, all counted in gemm1_us.
   double gemm1_us = 0;
   double act_us = 0;
   double gemm2_us = 0;

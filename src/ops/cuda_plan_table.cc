@@ -17,12 +17,18 @@ constexpr std::string_view kTinyName = "tiny";
 // A plan no problem could run, whatever the GPU: the reason, or empty. The checks that depend
 // on the problem and the device are cuda::why_plan_cannot_run's, made when a call uses the plan.
 std::string why_malformed(const cuda::ExpertsPlan& plan) {
-  if (plan.tiny_batch && (plan.kernel != cuda::GemmKernel::kStream || plan.block_m != 1)) {
+  const bool tiny_kernel =
+      plan.kernel == cuda::GemmKernel::kStream || plan.kernel == cuda::GemmKernel::kDecode;
+  if (plan.tiny_batch && (!tiny_kernel || plan.block_m != 1)) {
     return fmt::format(
-        "the tiny-batch path runs the stream kernel with block_m 1; got kernel {}, block_m {}",
+        "the tiny-batch path runs the stream or decode kernel with block_m 1; got kernel {}, "
+        "block_m {}",
         kernel_name(plan.kernel), plan.block_m);
   }
   switch (plan.kernel) {
+    case cuda::GemmKernel::kDecode:
+      if (plan.tiny_batch) return {};
+      return "the decode kernel runs only with the tiny batch (tiny_batch true, block_m 1)";
     case cuda::GemmKernel::kStream:
       if (plan.block_m >= 1 && plan.block_m <= cuda::kMaxStreamRows) return {};
       return fmt::format("the stream kernel takes block_m in [1, {}]; got {}", cuda::kMaxStreamRows,
@@ -48,7 +54,7 @@ bool parse_kernel(std::string_view name, cuda::GemmKernel& kernel) {
   for (const cuda::GemmKernel candidate :
        {cuda::GemmKernel::kStream, cuda::GemmKernel::kMma, cuda::GemmKernel::kWgmma,
         cuda::GemmKernel::kTma, cuda::GemmKernel::kTmaEager, cuda::GemmKernel::kTmaPair,
-        cuda::GemmKernel::kTmaDynamic}) {
+        cuda::GemmKernel::kTmaDynamic, cuda::GemmKernel::kDecode}) {
     if (name == kernel_name(candidate)) {
       kernel = candidate;
       return true;
@@ -81,7 +87,8 @@ cuda::ExpertsPlan parse_entry(const nlohmann::json& entry, const std::string& ke
   cuda::ExpertsPlan plan;
   const std::string kernel = fields.string("kernel");
   if (!parse_kernel(kernel, plan.kernel)) {
-    fields.fail_field("kernel", "stream, mma, wgmma, tma, tma_eager, tma_pair or tma_dynamic",
+    fields.fail_field("kernel",
+                      "stream, mma, wgmma, tma, tma_eager, tma_pair, tma_dynamic or decode",
                       fmt::format("\"{}\"", kernel));
   }
   plan.block_m = fields.positive("block_m");
@@ -109,12 +116,16 @@ std::string_view kernel_name(cuda::GemmKernel kernel) {
       return "tma_pair";
     case cuda::GemmKernel::kTmaDynamic:
       return "tma_dynamic";
+    case cuda::GemmKernel::kDecode:
+      return "decode";
   }
   return "unknown";
 }
 
 std::string plan_name(const cuda::ExpertsPlan& plan) {
-  if (plan.tiny_batch) return fmt::format("{}/{}", kTinyName, plan.block_m);
+  if (plan.tiny_batch && plan.kernel == cuda::GemmKernel::kStream) {
+    return fmt::format("{}/{}", kTinyName, plan.block_m);
+  }
   return fmt::format("{}/{}", kernel_name(plan.kernel), plan.block_m);
 }
 
@@ -128,10 +139,11 @@ cuda::ExpertsPlan parse_plan_name(std::string_view name) {
       !parse_count(name.substr(slash + 1), plan.block_m)) {
     fail(
         "plan \"{}\": expected <kernel>/<block_m> with kernel tiny, stream, mma, wgmma, tma, "
-        "tma_eager, tma_pair or tma_dynamic",
+        "tma_eager, tma_pair, tma_dynamic or decode",
         name);
   }
   if (plan.tiny_batch) plan.kernel = cuda::GemmKernel::kStream;
+  if (plan.kernel == cuda::GemmKernel::kDecode) plan.tiny_batch = true;  // it runs no other way
   const std::string reason = why_malformed(plan);
   if (!reason.empty()) fail("plan \"{}\": {}", name, reason);
   return plan;

@@ -37,7 +37,8 @@ std::string table_file_name(std::string_view device_name, int64_t num_experts, i
 
 // Parses a table file's text. Throws moe::Error naming `source`, the entry and the problem:
 // not a JSON object, keys that are not positive integers, unknown fields, kernel names or
-// block_m values no kernel takes, tiny_batch with anything but stream/1, an empty table.
+// block_m values no kernel takes, tiny_batch with anything but stream/1 or decode/1, decode
+// without tiny_batch, an empty table.
 PlanTable parse_table(std::string_view json_text, std::string_view source);
 
 // The file text: one entry per line, M ascending; parse_table(format_table(t)) == t.

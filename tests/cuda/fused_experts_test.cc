@@ -9,6 +9,7 @@
 #include "common/random_tensors.h"
 #include "cuda/device_tensor.h"
 #include "experts/experts_case.h"
+#include "kernels/cuda/decode_experts.h"
 #include "kernels/cuda/fused_experts.h"
 #include "moe/experts.h"
 #include "ops/cuda_plan_table.h"
@@ -89,6 +90,11 @@ std::vector<cuda::ExpertsPlan> plans_for(const ExpertsCase& c) {
     }
   }
   if (!c.expert_map) plans.push_back({cuda::GemmKernel::kStream, 1, true});
+  if (!c.expert_map && c.num_tokens <= cuda::kDecodeMaxTokens &&
+      c.num_tokens * c.top_k <= cuda::kDecodeMaxPairs && c.hidden_size % 8 == 0 &&
+      c.intermediate_size % 8 == 0) {
+    plans.push_back({cuda::GemmKernel::kDecode, 1, true});
+  }
   return plans;
 }
 
@@ -149,6 +155,65 @@ TEST_F(CudaFusedExperts, EveryPlanMatchesTheReference) {
   }
 }
 
+// The decode plan keeps counters between launches (each launch sets them back to zero) and adds
+// the pairs of a token in a fixed slot order: one runner, called on routing A, then B, then A
+// again, must match the reference each time and give A's bits twice.
+TEST_F(CudaFusedExperts, DecodePlanRepeatsExactlyThroughOneRunner) {
+  const cuda::ExpertsPlan decode{cuda::GemmKernel::kDecode, 1, true};
+  std::vector<ExpertsCase> cases;
+  for (int64_t M = 1; M <= cuda::kDecodeMaxTokens; ++M) {
+    cases.push_back(bf16_case(M, 264, 104, 64, 4, 300 + M));
+  }
+  cases.push_back(bf16_case(8, 2048, 768, 128, 8, 310));  // Qwen3-30B-A3B's shape
+  cases.push_back(bf16_case(8, 72, 40, 256, 16, 311));    // the most pairs
+  cases.push_back(bf16_case(3, 8, 8, 5, 5, 312));         // every expert, one 8-wide step
+  ExpertsCase skewed = bf16_case(7, 64, 56, 12, 3, 313);
+  skewed.routing = testing::Routing::kSkewed;
+  cases.push_back(skewed);
+  for (const ExpertsCase& c : cases) {
+    SCOPED_TRACE(c.describe());
+    ExpertsInputs a = testing::make_inputs(c);
+    // Token 0 names its first expert twice: the second pair gets a slot of its own.
+    if (c.top_k > 1) a.topk_ids.data<int32_t>()[1] = a.topk_ids.data<int32_t>()[0];
+    ExpertsCase other = c;
+    other.seed += 1000;
+    const ExpertsInputs b = testing::make_inputs(other);
+    cuda::ExpertsRunner runner;
+    auto run = [&](const ExpertsInputs& in) {
+      OnDevice d = to_device(in);
+      ValidatedExperts v =
+          validate_experts(d.hidden, d.w13, d.w2, d.topk_weights, d.topk_ids, d.out, d.options);
+      EXPECT_EQ(cuda::why_plan_cannot_run(decode, v.problem), "");
+      runner.run(v.problem, decode, nullptr);
+      return d.out.to_host();
+    };
+    const Tensor first = run(a);
+    expect_close(Tensor::copy_of(first, DType::kF32), testing::run_reference_f32(a), "A");
+    expect_close(Tensor::copy_of(run(b), DType::kF32), testing::run_reference_f32(b), "B");
+    const Tensor again = run(a);
+    EXPECT_EQ(std::memcmp(first.data<uint16_t>(), again.data<uint16_t>(), first.nbytes()), 0)
+        << "A twice differs";
+  }
+}
+
+TEST_F(CudaFusedExperts, DecodePlanRefusesWhatItCannotRun) {
+  const cuda::ExpertsPlan decode{cuda::GemmKernel::kDecode, 1, true};
+  ExpertsProblem problem;
+  problem.num_tokens = cuda::kDecodeMaxTokens + 1;
+  problem.top_k = 2;
+  problem.num_experts = problem.num_local_experts = 64;
+  problem.hidden_size = problem.intermediate_size = 64;
+  EXPECT_NE(cuda::why_plan_cannot_run(decode, problem).find("at most"), std::string::npos);
+  problem.num_tokens = 2;
+  problem.hidden_size = 60;
+  EXPECT_NE(cuda::why_plan_cannot_run(decode, problem).find("multiples of 8"), std::string::npos);
+  problem.hidden_size = 64;
+  EXPECT_EQ(cuda::why_plan_cannot_run(decode, problem), "");
+  const int32_t map[64] = {};
+  problem.expert_map = map;
+  EXPECT_NE(cuda::why_plan_cannot_run(decode, problem).find("expert map"), std::string::npos);
+}
+
 TEST_F(CudaFusedExperts, ChunksLongBatches) {
   // More tokens than one chunk: the second chunk must see its own ids, weights and rows.
   ExpertsCase c = bf16_case(cuda::kChunkTokens + 37, 64, 32, 8, 2, 21);
@@ -158,15 +223,23 @@ TEST_F(CudaFusedExperts, ChunksLongBatches) {
 }
 
 TEST_F(CudaFusedExperts, BadIdTouchesOnlyItsToken) {
-  ExpertsCase c = bf16_case(40, 64, 32, 8, 2, 31);
-  ExpertsInputs in = testing::make_inputs(c);
-  const Tensor clean = run_public(in);
-  in.topk_ids.data<int32_t>()[2 * 5 + 1] = 1000;  // token 5, slot 1: out of range
-  const Tensor dirty = run_public(in);
-  for (int64_t t = 0; t < 40; ++t) {
-    if (t == 5) continue;
-    EXPECT_EQ(std::memcmp(clean.data<uint16_t>() + t * 64, dirty.data<uint16_t>() + t * 64, 128), 0)
-        << "token " << t;
+  // 40 tokens run the default plan; 4 of 64 experts with k 2, the decode plan too.
+  for (const int64_t M : {40, 4}) {
+    ExpertsCase c = bf16_case(M, 64, 32, M == 4 ? 64 : 8, 2, 31);
+    ExpertsInputs in = testing::make_inputs(c);
+    std::vector<std::pair<std::string, Tensor>> clean = {{"default plan", run_public(in)}};
+    if (M == 4) clean.emplace_back("decode/1", run_plan(in, {cuda::GemmKernel::kDecode, 1, true}));
+    in.topk_ids.data<int32_t>()[2 * 3 + 1] = 1000;  // token 3, slot 1: out of range
+    for (const auto& [what, before] : clean) {
+      const Tensor dirty =
+          what == "decode/1" ? run_plan(in, {cuda::GemmKernel::kDecode, 1, true}) : run_public(in);
+      for (int64_t t = 0; t < M; ++t) {
+        if (t == 3) continue;
+        EXPECT_EQ(
+            std::memcmp(before.data<uint16_t>() + t * 64, dirty.data<uint16_t>() + t * 64, 128), 0)
+            << what << ", token " << t;
+      }
+    }
   }
 }
 

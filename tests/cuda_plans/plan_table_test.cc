@@ -25,7 +25,7 @@ using testing::expect_error;
 
 // Every plan some kernel can run.
 std::vector<ExpertsPlan> all_plans() {
-  std::vector<ExpertsPlan> plans = {{GemmKernel::kStream, 1, true}};
+  std::vector<ExpertsPlan> plans = {{GemmKernel::kStream, 1, true}, {GemmKernel::kDecode, 1, true}};
   for (int64_t block_m = 1; block_m <= cuda::kMaxStreamRows; ++block_m) {
     plans.push_back({GemmKernel::kStream, block_m, false});
   }
@@ -56,6 +56,7 @@ TEST(CudaPlanTable, PlanNamesAreTheBenchNamesAndRoundTrip) {
   EXPECT_EQ(cuda_plans::plan_name({GemmKernel::kTmaEager, 128, false}), "tma_eager/128");
   EXPECT_EQ(cuda_plans::plan_name({GemmKernel::kTmaPair, 64, false}), "tma_pair/64");
   EXPECT_EQ(cuda_plans::plan_name({GemmKernel::kTmaDynamic, 64, false}), "tma_dynamic/64");
+  EXPECT_EQ(cuda_plans::plan_name({GemmKernel::kDecode, 1, true}), "decode/1");
   std::set<std::string> seen;
   for (const ExpertsPlan& plan : all_plans()) {
     const std::string name = cuda_plans::plan_name(plan);
@@ -74,6 +75,7 @@ TEST(CudaPlanTable, RejectsPlanNamesNoKernelRuns) {
                  {fmt::format("plan \"{}\"", name), "expected <kernel>/<block_m>"});
   }
   expect_error([] { cuda_plans::parse_plan_name("tiny/2"); }, {"tiny/2", "block_m 1"});
+  expect_error([] { cuda_plans::parse_plan_name("decode/4"); }, {"decode/4", "block_m 1"});
   expect_error([] { cuda_plans::parse_plan_name("stream/17"); }, {"stream/17", "[1, 16]"});
   expect_error([] { cuda_plans::parse_plan_name("mma/48"); }, {"mma/48", "16, 32, 64 or 128"});
   expect_error([] { cuda_plans::parse_plan_name("wgmma/32"); }, {"wgmma/32", "64 or 128"});
@@ -110,8 +112,10 @@ TEST(CudaPlanTable, RandomTablesRoundTripThroughTheirText) {
 TEST(CudaPlanTable, ReadsHandWrittenLayoutsAndDefaultsTinyBatchToFalse) {
   const PlanTable table = parse(
       R"({"64":{"block_m":64,"kernel":"mma"},
-          "1": {"kernel": "stream", "block_m": 1, "tiny_batch": true}})");
-  EXPECT_EQ(names(table), (std::map<int64_t, std::string>{{1, "tiny/1"}, {64, "mma/64"}}));
+          "1": {"kernel": "stream", "block_m": 1, "tiny_batch": true},
+          "2": {"tiny_batch": true, "block_m": 1, "kernel": "decode"}})");
+  EXPECT_EQ(names(table),
+            (std::map<int64_t, std::string>{{1, "tiny/1"}, {2, "decode/1"}, {64, "mma/64"}}));
 }
 
 TEST(CudaPlanTable, ClosestEntryWinsAndTiesGoToTheLargerCount) {
@@ -185,6 +189,10 @@ TEST(CudaPlanTable, RejectsBadFilesNamingFileEntryAndProblem) {
        {"entry \"4\"", "tiny-batch"}},
       {R"({"4": {"kernel": "stream", "block_m": 4, "tiny_batch": true}})",
        {"entry \"4\"", "tiny-batch"}},
+      {R"({"4": {"kernel": "decode", "block_m": 2, "tiny_batch": true}})",
+       {"entry \"4\"", "tiny-batch", "block_m 2"}},
+      {R"({"4": {"kernel": "decode", "block_m": 1}})",
+       {"entry \"4\"", "decode kernel runs only with the tiny batch"}},
   };
   for (const BadFile& bad : cases) {
     SCOPED_TRACE(bad.text);

@@ -6,6 +6,7 @@
 
 #include "kernels/cuda/align_block_size.h"
 #include "kernels/cuda/check.h"
+#include "kernels/cuda/decode_experts.h"
 #include "kernels/cuda/moe_sum.h"
 #include "moe/align.h"
 #include "moe/error.h"
@@ -24,6 +25,8 @@ int64_t chunk_tokens(const ExpertsProblem& problem) {
 bool rows_in_block_order(const ExpertsPlan& plan) {
   return plan.block_m == 128 && is_tma_kernel(plan.kernel);
 }
+
+bool aligned16(const void* pointer) { return reinterpret_cast<uintptr_t>(pointer) % 16 == 0; }
 
 int64_t max_padded(const ExpertsProblem& problem, const ExpertsPlan& plan) {
   const int64_t pairs = chunk_tokens(problem) * problem.top_k;
@@ -96,6 +99,25 @@ std::string why_plan_cannot_run(const ExpertsPlan& plan, const ExpertsProblem& p
     return fmt::format("the tiny-batch path needs block_m 1 and no expert map; got block_m {}{}",
                        plan.block_m, problem.expert_map != nullptr ? " with an expert map" : "");
   }
+  if (plan.kernel == GemmKernel::kDecode) {
+    if (!plan.tiny_batch || plan.block_m != 1) {
+      return fmt::format("the decode kernel runs tiny batches (block_m 1); got block_m {}{}",
+                         plan.block_m, plan.tiny_batch ? "" : " without the tiny batch");
+    }
+    if (problem.num_tokens > kDecodeMaxTokens || problem.num_pairs() > kDecodeMaxPairs) {
+      return fmt::format("the decode kernel takes at most {} tokens and {} pairs; got {} and {}",
+                         kDecodeMaxTokens, kDecodeMaxPairs, problem.num_tokens,
+                         problem.num_pairs());
+    }
+    if (problem.hidden_size % 8 != 0 || problem.intermediate_size % 8 != 0 ||
+        !aligned16(problem.hidden) || !aligned16(problem.w13) || !aligned16(problem.w2)) {
+      return fmt::format(
+          "the decode kernel needs H and I multiples of 8 and 16-byte aligned hidden and weights; "
+          "got H {}, I {}",
+          problem.hidden_size, problem.intermediate_size);
+    }
+    return {};
+  }
   if (plan.kernel == GemmKernel::kStream && (plan.block_m < 1 || plan.block_m > kMaxStreamRows)) {
     return fmt::format("the stream kernel takes block_m in [1, {}]; got {}", kMaxStreamRows,
                        plan.block_m);
@@ -136,13 +158,17 @@ void ExpertsRunner::reserve(const ExpertsProblem& problem, const ExpertsPlan& pl
   if (!plan.tiny_batch) align_scratch_.reserve(align_scratch_bytes(pairs, problem.num_experts));
   const int64_t cache2_rows = rows_in_block_order(plan) ? padded : pairs;
   cache2_.reserve(std::max<int64_t>(cache2_rows * problem.intermediate_size, 1) * 2);
-  cache3_.reserve(std::max<int64_t>(pairs * problem.hidden_size, 1) * 2);
+  if (plan.kernel == GemmKernel::kDecode) {
+    decode_sync_.reserve(kDecodeSyncWords * sizeof(uint32_t));  // one size: allocated once
+  } else {
+    cache3_.reserve(std::max<int64_t>(pairs * problem.hidden_size, 1) * 2);
+  }
 }
 
 size_t ExpertsRunner::workspace_bytes() const {
   return sorted_pair_ids_.capacity() + expert_ids_.capacity() + num_pairs_post_padded_.capacity() +
          align_scratch_.capacity() + cache2_.capacity() + cache3_.capacity() +
-         tile_counter_.capacity();
+         tile_counter_.capacity() + decode_sync_.capacity();
 }
 
 void ExpertsRunner::run(const ExpertsProblem& problem, const ExpertsPlan& plan, cudaStream_t stream,
@@ -151,6 +177,11 @@ void ExpertsRunner::run(const ExpertsProblem& problem, const ExpertsPlan& plan, 
   if (times) *times = StageTimes{};
   if (problem.num_tokens == 0) return;
   reserve(problem, plan);
+
+  if (plan.kernel == GemmKernel::kDecode) {
+    run_decode(problem, plan, stream, times);
+    return;
+  }
 
   const int64_t H = problem.hidden_size, I = problem.intermediate_size, k = problem.top_k;
   const int64_t local_experts = problem.num_local_experts;
@@ -238,6 +269,36 @@ void ExpertsRunner::run(const ExpertsProblem& problem, const ExpertsPlan& plan, 
       times->sum_us += clock.us(3, 4);
     }
   }
+}
+
+void ExpertsRunner::run_decode(const ExpertsProblem& problem, const ExpertsPlan& plan,
+                               cudaStream_t stream, StageTimes* times) {
+  auto* sync = static_cast<uint32_t*>(decode_sync_.data());
+  if (!decode_sync_zeroed_) {
+    // Launches leave the counters zero; only the fresh buffer needs it.
+    check(cudaMemsetAsync(sync, 0, decode_sync_.capacity(), stream), "cudaMemsetAsync(decode)");
+    decode_sync_zeroed_ = true;
+  }
+  DecodeArgs args;
+  args.hidden = problem.hidden;
+  args.w13 = problem.w13;
+  args.w2 = problem.w2;
+  args.topk_weights = problem.topk_weights;
+  args.topk_ids = problem.topk_ids;
+  args.num_tokens = problem.num_tokens;
+  args.top_k = problem.top_k;
+  args.num_experts = problem.num_experts;
+  args.hidden_size = problem.hidden_size;
+  args.intermediate_size = problem.intermediate_size;
+  args.act = cache2_.data();
+  args.sync = sync;
+  args.out = problem.out;
+  args.max_multiprocessors = plan.max_multiprocessors;
+  StageClock clock(times != nullptr);
+  clock.mark(0, stream);
+  decode_experts(args, stream);
+  clock.mark(1, stream);
+  if (times) times->gemm1_us = clock.us(0, 1);
 }
 
 }  // namespace moe::cuda

@@ -18,7 +18,8 @@ namespace moe::cuda {
 inline constexpr int64_t kChunkTokens = 16384;
 
 // How one call runs: which grouped-GEMM kernel, rows per aligned block, and whether align takes
-// the tiny-batch path (one pair per block, no sort).
+// the tiny-batch path (one pair per block, no sort). kDecode with the tiny batch runs the whole
+// call in one launch instead (decode_experts.h).
 struct ExpertsPlan {
   GemmKernel kernel = GemmKernel::kStream;
   int64_t block_m = 16;
@@ -50,8 +51,13 @@ class ExpertsRunner {
   size_t workspace_bytes() const;
 
  private:
+  // The decode plan: one launch (decode_experts.h), act in cache2_, its counters in decode_sync_.
+  void run_decode(const ExpertsProblem& problem, const ExpertsPlan& plan, cudaStream_t stream,
+                  StageTimes* times);
+
   DeviceBuffer sorted_pair_ids_, expert_ids_, num_pairs_post_padded_, align_scratch_, cache2_,
-      cache3_, tile_counter_;
+      cache3_, tile_counter_, decode_sync_;
+  bool decode_sync_zeroed_ = false;
 };
 
 }  // namespace moe::cuda

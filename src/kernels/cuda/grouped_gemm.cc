@@ -71,6 +71,10 @@ void grouped_gemm(GemmKernel kernel, bool gated, const GroupedGemmArgs& args, cu
       }
       tma_grouped_gemm(kernel, gated, args, stream);
       return;
+    case GemmKernel::kDecode:
+      fail(
+          "grouped_gemm: the decode kernel runs a whole experts call (decode_experts), not one "
+          "grouped GEMM");
   }
   fail("grouped_gemm: unsupported kernel: {}", static_cast<int>(kernel));
 }

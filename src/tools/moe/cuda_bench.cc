@@ -59,7 +59,11 @@ std::vector<cuda::ExpertsPlan> candidate_plans(const ExpertsProblem& problem) {
   std::vector<cuda::ExpertsPlan> plans;
   const int64_t pairs = problem.num_tokens * problem.top_k;
   const double rows_per_expert = static_cast<double>(pairs) / problem.num_experts;
-  if (pairs * 4 <= problem.num_experts) plans.push_back({cuda::GemmKernel::kStream, 1, true});
+  if (pairs * 4 <= problem.num_experts) {
+    plans.push_back({cuda::GemmKernel::kStream, 1, true});
+    const cuda::ExpertsPlan decode{cuda::GemmKernel::kDecode, 1, true};
+    if (cuda::why_plan_cannot_run(decode, problem).empty()) plans.push_back(decode);
+  }
   for (int64_t block_m : {4, 16}) {
     if (rows_per_expert <= 2.0 * block_m) {
       plans.push_back({cuda::GemmKernel::kStream, block_m, false});
