@@ -155,6 +155,23 @@ TEST_F(CudaPlanChoice, BadFoldersAndFilesAreNamedInTheError) {
                {path, "\"1.kernel\""});
 }
 
+TEST(CudaPlanChoiceRules, DefaultTakesTheDecodeKernelAtOneAndTwoTinyTokens) {
+  ExpertsProblem problem = small_problem(1);
+  problem.num_experts = problem.num_local_experts = 64;
+  EXPECT_EQ(plan_name(cuda::default_plan(problem)), "decode/1");
+  problem.num_tokens = 2;
+  EXPECT_EQ(plan_name(cuda::default_plan(problem)), "decode/1");
+  problem.num_tokens = 3;
+  EXPECT_EQ(plan_name(cuda::default_plan(problem)), "tiny/1");
+  problem.num_tokens = 1;
+  problem.hidden_size = 60;  // the decode kernel loads 16 bytes at a time
+  EXPECT_EQ(plan_name(cuda::default_plan(problem)), "tiny/1");
+  problem.hidden_size = 64;
+  const int32_t expert_map[64] = {};
+  problem.expert_map = expert_map;
+  EXPECT_NE(plan_name(cuda::default_plan(problem)), "decode/1");
+}
+
 TEST(CudaPlanChoiceRules, TunedPlansRunOnlyWhereTheyCan) {
   const cuda_plans::PlanTables tables = {
       {small_table_name(),

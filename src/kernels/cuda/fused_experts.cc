@@ -71,7 +71,13 @@ ExpertsPlan default_plan(const ExpertsProblem& problem) {
   // Chosen from sweeps of every plan on an H200 (docs/perf.md), Qwen3-30B-A3B and DeepSeek-V3
   // shapes; the boundaries fell at the same rows per expert for both.
   if (pairs * 4 <= problem.num_experts && problem.expert_map == nullptr) {
-    return {GemmKernel::kStream, 1, true};  // vLLM's tiny-batch rule: experts mostly see one pair
+    // vLLM's tiny-batch rule: experts mostly see one pair. At 1 and 2 tokens the whole call in
+    // one launch beat the three of the stream kernel on the H200 for both reference shapes
+    // (Qwen3-30B-A3B 1 token 31.7-32.0 us against 36.1-36.4, DeepSeek-V3 172.5 against 185.2);
+    // from 4 tokens on it lost (Qwen3-30B-A3B 105.5 against 87.9-88.4).
+    const ExpertsPlan decode{GemmKernel::kDecode, 1, true};
+    if (problem.num_tokens <= 2 && why_plan_cannot_run(decode, problem).empty()) return decode;
+    return {GemmKernel::kStream, 1, true};
   }
   if (!rows_aligned) return {GemmKernel::kStream, kMaxStreamRows, false};
   // On Hopper the tma kernel streams each active expert's weights at the stream kernel's speed
