@@ -371,7 +371,8 @@ void run_cuda_bench_command(const CudaBenchCommand& o) {
   }
   fmt::print(
       "\n* the built-in default plan (tuned tables in configs/cuda take precedence: moe tune); "
-      "TB/s counts the distinct experts' weights only\n");
+      "TB/s counts the distinct experts' weights only; decode/1 runs every stage in one launch, "
+      "shown as gemm1\n");
 }
 
 }  // namespace moe::cli
