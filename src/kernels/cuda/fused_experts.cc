@@ -71,10 +71,11 @@ ExpertsPlan default_plan(const ExpertsProblem& problem) {
   // Chosen from sweeps of every plan on an H200 (docs/perf.md), Qwen3-30B-A3B and DeepSeek-V3
   // shapes; the boundaries fell at the same rows per expert for both.
   if (pairs * 4 <= problem.num_experts && problem.expert_map == nullptr) {
-    // vLLM's tiny-batch rule: experts mostly see one pair. At 1 and 2 tokens the whole call in
-    // one launch beat the three of the stream kernel on the H200 for both reference shapes
-    // (Qwen3-30B-A3B 1 token 31.7-32.0 us against 36.1-36.4, DeepSeek-V3 172.5 against 185.2);
-    // from 4 tokens on it lost (Qwen3-30B-A3B 105.5 against 87.9-88.4).
+    // vLLM's tiny-batch rule: experts mostly see one pair. At 1 token the whole call in one
+    // launch beat the stream kernel's three on the H200 (Qwen3-30B-A3B 31.7-32.2 us against
+    // 35.0-35.2, DeepSeek-V3 172.5-173.1 against 184.7-185.3), at 2 tokens for DeepSeek-V3
+    // (335 against 348-349; a tie for Qwen3-30B-A3B); from 4 tokens on it lost (Qwen3-30B-A3B
+    // 105.5-106.3 against 87.9-89.2).
     const ExpertsPlan decode{GemmKernel::kDecode, 1, true};
     if (problem.num_tokens <= 2 && why_plan_cannot_run(decode, problem).empty()) return decode;
     return {GemmKernel::kStream, 1, true};
