@@ -196,24 +196,6 @@ TEST_F(CudaFusedExperts, DecodePlanRepeatsExactlyThroughOneRunner) {
   }
 }
 
-TEST_F(CudaFusedExperts, DecodePlanRefusesWhatItCannotRun) {
-  const cuda::ExpertsPlan decode{cuda::GemmKernel::kDecode, 1, true};
-  ExpertsProblem problem;
-  problem.num_tokens = cuda::kDecodeMaxTokens + 1;
-  problem.top_k = 2;
-  problem.num_experts = problem.num_local_experts = 64;
-  problem.hidden_size = problem.intermediate_size = 64;
-  EXPECT_NE(cuda::why_plan_cannot_run(decode, problem).find("at most"), std::string::npos);
-  problem.num_tokens = 2;
-  problem.hidden_size = 60;
-  EXPECT_NE(cuda::why_plan_cannot_run(decode, problem).find("multiples of 8"), std::string::npos);
-  problem.hidden_size = 64;
-  EXPECT_EQ(cuda::why_plan_cannot_run(decode, problem), "");
-  const int32_t map[64] = {};
-  problem.expert_map = map;
-  EXPECT_NE(cuda::why_plan_cannot_run(decode, problem).find("expert map"), std::string::npos);
-}
-
 TEST_F(CudaFusedExperts, ChunksLongBatches) {
   // More tokens than one chunk: the second chunk must see its own ids, weights and rows.
   ExpertsCase c = bf16_case(cuda::kChunkTokens + 37, 64, 32, 8, 2, 21);

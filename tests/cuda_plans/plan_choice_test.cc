@@ -17,6 +17,7 @@
 #include <gtest/gtest.h>
 
 #include "common/expect_error.h"
+#include "kernels/cuda/decode_experts.h"
 #include "ops/embedded_cuda_plans.h"
 
 namespace moe {
@@ -170,6 +171,27 @@ TEST(CudaPlanChoiceRules, DefaultTakesTheDecodeKernelAtOneAndTwoTinyTokens) {
   const int32_t expert_map[64] = {};
   problem.expert_map = expert_map;
   EXPECT_NE(plan_name(cuda::default_plan(problem)), "decode/1");
+}
+
+TEST(CudaPlanChoiceRules, DecodePlanSaysWhatItCannotRun) {
+  const ExpertsPlan decode{GemmKernel::kDecode, 1, true};
+  ExpertsProblem problem = small_problem(cuda::kDecodeMaxTokens + 1);
+  EXPECT_NE(cuda::why_plan_cannot_run(decode, problem).find("at most 8 tokens"), std::string::npos);
+  problem.num_tokens = 2;
+  EXPECT_EQ(cuda::why_plan_cannot_run(decode, problem), "");
+  problem.hidden_size = 60;
+  EXPECT_NE(cuda::why_plan_cannot_run(decode, problem).find("multiples of 8"), std::string::npos);
+  problem.hidden_size = 64;
+  alignas(16) static const uint16_t hidden[8] = {};
+  problem.hidden = hidden + 1;  // 2 bytes past a 16-byte boundary
+  EXPECT_NE(cuda::why_plan_cannot_run(decode, problem).find("16-byte aligned"), std::string::npos);
+  problem.hidden = hidden;
+  const int32_t expert_map[8] = {};
+  problem.expert_map = expert_map;
+  EXPECT_NE(cuda::why_plan_cannot_run(decode, problem).find("expert map"), std::string::npos);
+  problem.expert_map = nullptr;
+  EXPECT_NE(cuda::why_plan_cannot_run({GemmKernel::kDecode, 1, false}, problem).find("tiny batch"),
+            std::string::npos);
 }
 
 TEST(CudaPlanChoiceRules, TunedPlansRunOnlyWhereTheyCan) {
