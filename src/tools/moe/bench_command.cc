@@ -50,6 +50,7 @@ struct BenchOptions {
   uint64_t seed = 0;
   bool json = false;
   bool csv = false;
+  bool interleave = false;
   // --device cuda
   std::string device = "cpu";
   bool tokens_given = false;
@@ -129,6 +130,7 @@ struct Result {
   std::string isa;
   double peak_tflops = 0;
   SweepPoint point;
+  double ratio_to_first = 0;  // --interleave: median per-round time over the first path's; else 0
 };
 
 std::vector<CpuIsa> chosen_paths(const std::vector<std::string>& names) {
@@ -146,29 +148,38 @@ std::vector<CpuIsa> chosen_paths(const std::vector<std::string>& names) {
   return paths;
 }
 
+void print_header(bool interleave) {
+  fmt::print(
+      "{:>6} {:>10} {:>6} | {:>10} {:>9} {:>7} {:>5} | {:>8} {:>8} | {:>7} {:>16} | {:>3}{}\n",
+      "dtype", "isa", "tokens", "ms/layer", "floor_ms", "floor", "bound", "GB/s", "TFLOP/s",
+      "experts", "rows min/mean/max", "n", interleave ? " | vs first" : "");
+}
+
 void print_row(const Result& r) {
   const SweepPoint& p = r.point;
   fmt::print(
       "{:>6} {:>10} {:>6} | {:>10.3f} {:>9.3f} {:>6.0f}% {:>5} | {:>8.1f} {:>8.3f} | {:>7} "
-      "{:>16} | {:>3}\n",
+      "{:>16} | {:>3}{}\n",
       r.dtype, r.isa, p.tokens, p.ms, p.floor_ms, 100 * p.fraction(),
       p.bandwidth_bound ? "bytes" : "flops", p.bytes / (p.ms * 1e-3) * 1e-9,
       p.flops / (p.ms * 1e-3) * 1e-12, p.experts_touched,
-      fmt::format("{}/{:.1f}/{}", p.rows_min, p.rows_mean, p.rows_max), p.repeats);
+      fmt::format("{}/{:.1f}/{}", p.rows_min, p.rows_mean, p.rows_max), p.repeats,
+      r.ratio_to_first > 0 ? fmt::format(" | {:>8.3f}", r.ratio_to_first) : "");
 }
 
 void print_csv(const std::vector<Result>& results, double bandwidth, int threads) {
   fmt::print(
       "dtype,isa,threads,tokens,ms,floor_ms,floor_fraction,bound,bandwidth_gb_s,peak_tflops,"
-      "gb_per_s,tflops,experts_touched,rows_min,rows_mean,rows_max,repeats\n");
+      "gb_per_s,tflops,experts_touched,rows_min,rows_mean,rows_max,repeats,ratio_to_first\n");
   for (const Result& r : results) {
     const SweepPoint& p = r.point;
     fmt::print(
-        "{},{},{},{},{:.4f},{:.4f},{:.4f},{},{:.2f},{:.4f},{:.2f},{:.4f},{},{},{:.2f},{},{}\n",
+        "{},{},{},{},{:.4f},{:.4f},{:.4f},{},{:.2f},{:.4f},{:.2f},{:.4f},{},{},{:.2f},{},{},{}\n",
         r.dtype, r.isa, threads, p.tokens, p.ms, p.floor_ms, p.fraction(),
         p.bandwidth_bound ? "bytes" : "flops", bandwidth, r.peak_tflops,
         p.bytes / (p.ms * 1e-3) * 1e-9, p.flops / (p.ms * 1e-3) * 1e-12, p.experts_touched,
-        p.rows_min, p.rows_mean, p.rows_max, p.repeats);
+        p.rows_min, p.rows_mean, p.rows_max, p.repeats,
+        r.ratio_to_first > 0 ? fmt::format("{:.4f}", r.ratio_to_first) : "");
   }
 }
 
@@ -190,7 +201,9 @@ nlohmann::json results_json(const MoeConfig& config, const std::vector<Result>& 
          {"flops", p.flops},
          {"experts_touched", p.experts_touched},
          {"rows_per_expert", {{"min", p.rows_min}, {"mean", p.rows_mean}, {"max", p.rows_max}}},
-         {"repeats", p.repeats}});
+         {"repeats", p.repeats},
+         {"ratio_to_first",
+          r.ratio_to_first > 0 ? nlohmann::json(r.ratio_to_first) : nlohmann::json()}});
   }
   return {{"model", config.name},
           {"hidden_size", config.experts.hidden_size},
@@ -205,6 +218,9 @@ nlohmann::json results_json(const MoeConfig& config, const std::vector<Result>& 
 }
 
 void bench(const BenchOptions& o) {
+  if (o.interleave && (o.ep.enabled || o.device == "cuda")) {
+    fail("--interleave: times CPU paths in turn; not with --ep or --device cuda");
+  }
   if (o.ep.enabled) return bench_ep_command(o);
   if (o.device == "cuda") return bench_cuda(o);
   if (o.sweep || !o.plans.empty() || !o.output.empty()) {
@@ -227,6 +243,10 @@ void bench(const BenchOptions& o) {
     dtypes.push_back(dtype);
   }
   const std::vector<CpuIsa> paths = chosen_paths(o.isas);
+  if (o.interleave && paths.size() < 2) {
+    fail("--interleave: expected at least two paths to time in turn (--isa a,b); got {}",
+         paths.size());
+  }
   const int threads = o.threads > 0 ? o.threads : omp_get_max_threads();
   omp_set_num_threads(threads);
   const bool table = !o.json && !o.csv;
@@ -241,29 +261,40 @@ void bench(const BenchOptions& o) {
                o.bandwidth_mb, threads);
   }
 
+  // Paths timed together: all of them call by call with --interleave, else one at a time.
+  std::vector<std::vector<CpuIsa>> groups;
+  if (o.interleave) {
+    groups.push_back(paths);
+  } else {
+    for (CpuIsa isa : paths) groups.push_back({isa});
+  }
   std::vector<Result> results;
   for (DType dtype : dtypes) {
     LayerWeights weights = synthetic_layer_weights(config, dtype, o.seed);
-    for (CpuIsa isa : paths) {
-      const double peak = measure_peak_flops(isa, dtype, threads);
-      std::vector<MoeLayer> copies;
-      for (int c = 0; c < o.copies; ++c) {
-        copies.emplace_back(config, weights, LayerOptions{Backend::kCpu, threads, o.block_m, isa});
+    for (const std::vector<CpuIsa>& group : groups) {
+      std::vector<std::vector<MoeLayer>> copies(group.size());
+      std::vector<double> peaks;
+      for (size_t v = 0; v < group.size(); ++v) {
+        peaks.push_back(measure_peak_flops(group[v], dtype, threads));
+        for (int c = 0; c < o.copies; ++c) {
+          copies[v].emplace_back(config, weights,
+                                 LayerOptions{Backend::kCpu, threads, o.block_m, group[v]});
+        }
+        if (table) {
+          fmt::print("{}{} weights, {} path: peak {:.3f} TFLOP/s on {} threads\n",
+                     v == 0 ? "\n" : "", dtype_name(dtype), cpu_isa_name(group[v]),
+                     peaks.back() * 1e-12, threads);
+        }
       }
-      if (table) {
-        fmt::print("\n{} weights, {} path: peak {:.3f} TFLOP/s on {} threads\n", dtype_name(dtype),
-                   cpu_isa_name(isa), peak * 1e-12, threads);
-        fmt::print(
-            "{:>6} {:>10} {:>6} | {:>10} {:>9} {:>7} {:>5} | {:>8} {:>8} | {:>7} {:>16} | {:>3}\n",
-            "dtype", "isa", "tokens", "ms/layer", "floor_ms", "floor", "bound", "GB/s", "TFLOP/s",
-            "experts", "rows min/mean/max", "n");
-      }
+      if (table) print_header(o.interleave);
+      std::vector<std::vector<MoeLayer>*> variants;
+      for (std::vector<MoeLayer>& c : copies) variants.push_back(&c);
       double slowest_ms = 0;
       for (int64_t tokens : o.tokens) {
         if (o.max_call_s > 0 && slowest_ms > o.max_call_s * 1e3) {
           if (table) {
             fmt::print("{:>6} {:>10} {:>6} | skipped: an earlier batch took {:.1f} s per call\n",
-                       dtype_name(dtype), cpu_isa_name(isa), tokens, slowest_ms * 1e-3);
+                       dtype_name(dtype), cpu_isa_name(group.front()), tokens, slowest_ms * 1e-3);
           }
           continue;
         }
@@ -274,12 +305,15 @@ void bench(const BenchOptions& o) {
         s.seed = o.seed + static_cast<uint64_t>(tokens) * 7919;
         s.hidden_dtype = dtype;
         s.bandwidth_gb_s = bandwidth;
-        s.peak_flops = peak;
-        Result r{std::string(dtype_name(dtype)), std::string(cpu_isa_name(isa)), peak * 1e-12,
-                 measure_point(copies, s)};
-        if (table) print_row(r);
-        slowest_ms = std::max(slowest_ms, r.point.ms);
-        results.push_back(std::move(r));
+        const std::vector<InterleavedPoint> points = measure_interleaved(variants, peaks, s);
+        for (size_t v = 0; v < group.size(); ++v) {
+          Result r{std::string(dtype_name(dtype)), std::string(cpu_isa_name(group[v])),
+                   peaks[v] * 1e-12, points[v].point,
+                   o.interleave ? points[v].ratio_to_first : 0.0};
+          if (table) print_row(r);
+          slowest_ms = std::max(slowest_ms, r.point.ms);
+          results.push_back(std::move(r));
+        }
       }
     }
   }
@@ -349,6 +383,10 @@ void add_bench_command(CLI::App& app) {
       ->capture_default_str();
   CLI::Option* json = cmd->add_flag("--json", options->json, "Print one JSON object");
   cmd->add_flag("--csv", options->csv, "Print CSV, one line per point")->excludes(json);
+  cmd->add_flag("--interleave", options->interleave,
+                "CPU: time the --isa paths call by call in turn (one routing per round for all, "
+                "the order rotated each round) and print each one's median per-round time over "
+                "the first path's: comparisons that drift on a shared host cannot blur");
   cmd->add_option("--device", options->device,
                   "cpu, or cuda: the GPU kernels as CUDA-graph replays (tokens 1 to 16384); with "
                   "--ep, CudaEpLayer on one GPU per rank")

@@ -137,13 +137,20 @@ ExpertsWork experts_work(const MoeConfig& config, DType weight_dtype, int64_t to
   return w;
 }
 
-SweepPoint measure_point(std::vector<MoeLayer>& copies, const SweepSettings& s) {
-  if (copies.empty()) fail("moe bench: no layer to time");
+std::vector<InterleavedPoint> measure_interleaved(
+    const std::vector<std::vector<MoeLayer>*>& variants, const std::vector<double>& peak_flops,
+    const SweepSettings& s) {
+  if (variants.empty() || variants.size() != peak_flops.size()) {
+    fail("moe bench: expected one peak per variant; got {} variants and {} peaks", variants.size(),
+         peak_flops.size());
+  }
+  for (const std::vector<MoeLayer>* copies : variants) {
+    if (copies->empty()) fail("moe bench: no layer to time");
+  }
   if (s.repeats < 1) fail("--repeats: expected >= 1; got {}", s.repeats);
-  const MoeConfig& config = copies.front().config();
+  const MoeConfig& config = variants.front()->front().config();
   const int64_t H = config.experts.hidden_size, E = config.routing.num_experts;
   const int64_t k = config.routing.top_k;
-  const DType weight_dtype = copies.front().weight_dtype();
 
   std::vector<float> values(static_cast<size_t>(s.tokens * H));
   std::mt19937_64 rng(s.seed);
@@ -155,54 +162,73 @@ SweepPoint measure_point(std::vector<MoeLayer>& copies, const SweepSettings& s) 
 
   struct Call {
     double ms, floor_ms;
-    Routing routing;
     ExpertsWork work;
   };
-  std::vector<Call> calls;
+  const size_t count = variants.size();
+  std::vector<std::vector<Call>> calls(count);
+  std::vector<Routing> routings;
   const auto budget_start = std::chrono::steady_clock::now();
   for (int r = 0; r < s.repeats; ++r) {
     if (r > 0 && seconds_since(budget_start) > s.budget_s) break;
-    MoeLayer& layer = copies[static_cast<size_t>(r) % copies.size()];
-    if (static_cast<size_t>(r) < copies.size()) {
-      // A copy's first call at this size sizes its workspace and is not timed.
-      const Routing warm = uniform_routing(s.tokens, E, k, s.seed + 1000 + r);
-      layer.forward_experts(hidden, warm.ids, warm.weights, out);
+    // The routing changes every round; within a round every variant gets the same one.
+    routings.push_back(uniform_routing(s.tokens, E, k, s.seed + 1 + r));
+    const Routing& routing = routings.back();
+    for (size_t i = 0; i < count; ++i) {
+      const size_t v = (static_cast<size_t>(r) + i) % count;  // the order rotates every round
+      std::vector<MoeLayer>& copies = *variants[v];
+      MoeLayer& layer = copies[static_cast<size_t>(r) % copies.size()];
+      if (static_cast<size_t>(r) < copies.size()) {
+        // A copy's first call at this size sizes its workspace and is not timed.
+        const Routing warm = uniform_routing(s.tokens, E, k, s.seed + 1000 + r);
+        layer.forward_experts(hidden, warm.ids, warm.weights, out);
+      }
+      const auto start = std::chrono::steady_clock::now();
+      layer.forward_experts(hidden, routing.ids, routing.weights, out);
+      const double ms = seconds_since(start) * 1e3;
+      const ExpertsWork work =
+          experts_work(config, layer.weight_dtype(), s.tokens, routing.experts_touched);
+      const double floor_ms =
+          std::max(work.bytes / (s.bandwidth_gb_s * 1e9), work.flops / peak_flops[v]) * 1e3;
+      calls[v].push_back({ms, floor_ms, work});
     }
-    // The routing changes on every call.
-    Routing routing = uniform_routing(s.tokens, E, k, s.seed + 1 + r);
-    const auto start = std::chrono::steady_clock::now();
-    layer.forward_experts(hidden, routing.ids, routing.weights, out);
-    const double ms = seconds_since(start) * 1e3;
-    const ExpertsWork work = experts_work(config, weight_dtype, s.tokens, routing.experts_touched);
-    const double floor_ms =
-        std::max(work.bytes / (s.bandwidth_gb_s * 1e9), work.flops / s.peak_flops) * 1e3;
-    calls.push_back({ms, floor_ms, std::move(routing), work});
   }
-  std::vector<double> times, floors;
-  for (const Call& c : calls) {
-    times.push_back(c.ms);
-    floors.push_back(c.floor_ms);
+
+  std::vector<InterleavedPoint> points(count);
+  for (size_t v = 0; v < count; ++v) {
+    std::vector<double> times, floors, ratios;
+    for (size_t r = 0; r < calls[v].size(); ++r) {
+      times.push_back(calls[v][r].ms);
+      floors.push_back(calls[v][r].floor_ms);
+      ratios.push_back(calls[v][r].ms / calls[0][r].ms);
+    }
+    // The call whose time is the median gives the work figures.
+    std::vector<size_t> order(calls[v].size());
+    std::iota(order.begin(), order.end(), 0);
+    std::sort(order.begin(), order.end(),
+              [&](size_t a, size_t b) { return calls[v][a].ms < calls[v][b].ms; });
+    const size_t middle = order[order.size() / 2];
+    const Call& call = calls[v][middle];
+    const Routing& routing = routings[middle];
+    SweepPoint& p = points[v].point;
+    p.tokens = s.tokens;
+    p.repeats = static_cast<int>(calls[v].size());
+    p.ms = median(times);
+    p.floor_ms = median(floors);
+    p.bytes = call.work.bytes;
+    p.flops = call.work.flops;
+    p.bandwidth_bound =
+        call.work.bytes / (s.bandwidth_gb_s * 1e9) >= call.work.flops / peak_flops[v];
+    p.experts_touched = routing.experts_touched;
+    p.rows_min = routing.rows_min;
+    p.rows_max = routing.rows_max;
+    p.rows_mean = routing.rows_mean;
+    points[v].ratio_to_first = median(ratios);
   }
-  // The call whose time is the median gives the work figures.
-  std::vector<size_t> order(calls.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::sort(order.begin(), order.end(),
-            [&](size_t a, size_t b) { return calls[a].ms < calls[b].ms; });
-  const Call& middle = calls[order[order.size() / 2]];
-  SweepPoint p;
-  p.tokens = s.tokens;
-  p.repeats = static_cast<int>(calls.size());
-  p.ms = median(times);
-  p.floor_ms = median(floors);
-  p.bytes = middle.work.bytes;
-  p.flops = middle.work.flops;
-  p.bandwidth_bound =
-      middle.work.bytes / (s.bandwidth_gb_s * 1e9) >= middle.work.flops / s.peak_flops;
-  p.experts_touched = middle.routing.experts_touched;
-  p.rows_min = middle.routing.rows_min;
-  p.rows_max = middle.routing.rows_max;
-  p.rows_mean = middle.routing.rows_mean;
-  return p;
+  return points;
+}
+
+SweepPoint measure_point(std::vector<MoeLayer>& copies, const SweepSettings& s) {
+  return measure_interleaved({&copies}, {s.peak_flops}, s).front().point;
 }
 
 }  // namespace moe::cli

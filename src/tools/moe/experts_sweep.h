@@ -67,4 +67,17 @@ struct SweepPoint {
 // every call, so each call streams weights that are not in cache, as in a model of many layers.
 SweepPoint measure_point(std::vector<MoeLayer>& copies, const SweepSettings& settings);
 
+// The same for several variants of one layer (e.g. instruction-set paths, each with its copies
+// and the peak of its path), call by call: every round gives each variant one call on the same
+// new routing, in an order rotated every round, so a host whose speed drifts (shared machines:
+// up to 1.6x between runs minutes apart) slows them alike. ratio_to_first: the median over rounds
+// of a variant's time over the first variant's in the same round.
+struct InterleavedPoint {
+  SweepPoint point;
+  double ratio_to_first = 1;
+};
+std::vector<InterleavedPoint> measure_interleaved(
+    const std::vector<std::vector<MoeLayer>*>& variants, const std::vector<double>& peak_flops,
+    const SweepSettings& settings);
+
 }  // namespace moe::cli
