@@ -22,7 +22,7 @@
 
 namespace moe {
 
-// Ordered from the most portable to the fastest.
+// Ordered from the most portable to the most capable (each needs what the one before needs).
 enum class CpuIsa : uint8_t { kAuto, kPlain, kAvx2, kAvx512, kAvx512Bf16, kAmx };
 
 // "auto", "plain", "avx2", "avx512", "avx512bf16", "amx".
@@ -35,9 +35,11 @@ bool cpu_isa_supported(CpuIsa isa);
 // Empty when supported; otherwise what is missing ("the CPU lacks avx512_bf16", "the OS has not
 // enabled the AMX tile state", ...).
 std::string cpu_isa_unsupported_reason(CpuIsa isa);
-// Every path this machine can run, from plain up to the fastest.
+// Every path this machine can run, from plain up to the most capable.
 std::vector<CpuIsa> supported_cpu_isas();
-// The fastest supported path.
+// The path kAuto runs: the fastest supported one as measured, which is the most capable one
+// except that a CPU with avx512bf16 but no amx runs avx512 (its f32 FMAs beat vdpbf16ps at
+// prefill wherever both were measured; docs/cpu-kernels.md).
 CpuIsa best_cpu_isa();
 
 // The path a call with `requested` runs: `requested` itself, or for kAuto the path MOE_CPU_ISA
