@@ -110,8 +110,8 @@ std::vector<CpuIsa> supported_cpu_isas() {
 CpuIsa best_cpu_isa() {
   // The most capable path, except avx512bf16: wherever it was measured beside avx512 it lost
   // from 64 tokens on (a Xeon with AVX512-BF16 and no AMX: 1.12x slower at 64 tokens, 1.65x at
-  // 1024; the Sapphire Rapids host: 1.3-1.6x from 64 tokens on) and was within 1-4% either way
-  // below that (docs/perf.md), its vdpbf16ps running no faster than two f32 FMAs there. It
+  // 1024; the Sapphire Rapids host: 1.3-1.6x from 64 tokens on) and below that ran between 4%
+  // faster and 7% slower (docs/perf.md): its vdpbf16ps is no faster than f32 FMAs there. It
   // runs when asked for.
   const std::vector<CpuIsa> paths = supported_cpu_isas();
   if (paths.back() == CpuIsa::kAvx512Bf16) return CpuIsa::kAvx512;
