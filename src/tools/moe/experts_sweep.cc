@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <limits>
 #include <numeric>
 #include <random>
 
@@ -199,7 +200,7 @@ std::vector<InterleavedPoint> measure_interleaved(
     for (size_t r = 0; r < calls[v].size(); ++r) {
       times.push_back(calls[v][r].ms);
       floors.push_back(calls[v][r].floor_ms);
-      ratios.push_back(calls[v][r].ms / calls[0][r].ms);
+      if (calls[0][r].ms > 0) ratios.push_back(calls[v][r].ms / calls[0][r].ms);
     }
     // The call whose time is the median gives the work figures.
     std::vector<size_t> order(calls[v].size());
@@ -222,7 +223,9 @@ std::vector<InterleavedPoint> measure_interleaved(
     p.rows_min = routing.rows_min;
     p.rows_max = routing.rows_max;
     p.rows_mean = routing.rows_mean;
-    points[v].ratio_to_first = median(ratios);
+    // A call too short for the clock leaves no ratio for its round.
+    points[v].ratio_to_first =
+        ratios.empty() ? std::numeric_limits<double>::quiet_NaN() : median(ratios);
   }
   return points;
 }
