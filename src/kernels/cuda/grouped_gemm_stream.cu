@@ -17,8 +17,9 @@ constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 
 // kRows: most rows per block; kColumns: output columns per warp (gemm1 reads a gate and an up
-// row for each); kAligned: 16-byte vector loads are legal (K % 8 == 0, aligned pointers).
-template <int kRows, int kColumns, bool kGated, bool kAligned>
+// row for each); kAligned: 16-byte vector loads are legal (K % 8 == 0, aligned pointers);
+// kUnroll: steps of the K loop whose loads the compiler may issue together.
+template <int kRows, int kColumns, bool kGated, bool kAligned, int kUnroll>
 __global__ void __launch_bounds__(kThreads) stream_kernel(GroupedGemmArgs a) {
   constexpr int kWeightRows = kGated ? 2 * kColumns : kColumns;
   __shared__ int32_t pair_of_row[kRows];
@@ -71,7 +72,7 @@ __global__ void __launch_bounds__(kThreads) stream_kernel(GroupedGemmArgs a) {
   }
 
   float acc[kWeightRows][kRows] = {};
-#pragma unroll 2
+#pragma unroll kUnroll
   for (int64_t k = lane * 8; k < K; k += 32 * 8) {
     uint4 packed[kWeightRows];
 #pragma unroll
@@ -116,16 +117,16 @@ __global__ void __launch_bounds__(kThreads) stream_kernel(GroupedGemmArgs a) {
   }
 }
 
-template <int kRows, int kColumns, bool kGated>
+template <int kRows, int kColumns, bool kGated, int kUnroll>
 void launch(const GroupedGemmArgs& args, bool aligned, cudaStream_t stream) {
   constexpr int64_t kColumnsPerBlock = kWarps * kColumns;
   const dim3 grid(
       static_cast<unsigned>(args.max_blocks),
       static_cast<unsigned>((args.out_columns + kColumnsPerBlock - 1) / kColumnsPerBlock));
   if (aligned) {
-    stream_kernel<kRows, kColumns, kGated, true><<<grid, kThreads, 0, stream>>>(args);
+    stream_kernel<kRows, kColumns, kGated, true, kUnroll><<<grid, kThreads, 0, stream>>>(args);
   } else {
-    stream_kernel<kRows, kColumns, kGated, false><<<grid, kThreads, 0, stream>>>(args);
+    stream_kernel<kRows, kColumns, kGated, false, kUnroll><<<grid, kThreads, 0, stream>>>(args);
   }
 }
 
@@ -133,12 +134,21 @@ void launch(const GroupedGemmArgs& args, bool aligned, cudaStream_t stream) {
 
 void stream_grouped_gemm(bool gated, const GroupedGemmArgs& args, bool aligned,
                          cudaStream_t stream) {
-  // Fewer columns per warp when more rows share the loads keeps the accumulators in registers.
-  if (args.block_m <= 4) {
-    gated ? launch<4, 4, true>(args, aligned, stream) : launch<4, 8, false>(args, aligned, stream);
+  // Few columns per warp (4 weight rows) keep the registers low, so that many warps fit on a
+  // multiprocessor and keep their loads in flight: the kernel waits on memory, not arithmetic.
+  // On the H200 against 4 (gemm1) and 8 (gemm2) columns per warp (docs/perf.md): Qwen3-30B-A3B's
+  // tiny batch at 4 tokens 76.3 against 88.8 us, DeepSeek-V3's stream/4 at 64 tokens 5.08
+  // against 5.20 ms. The tiny batch has one row per block and unrolls two steps of K (one: 88.4
+  // us); four rows unroll none (two: 5.32 ms). Sixteen rows already had two columns per warp.
+  if (args.tiny_topk_ids != nullptr) {
+    gated ? launch<1, 2, true, 2>(args, aligned, stream)
+          : launch<1, 4, false, 2>(args, aligned, stream);
+  } else if (args.block_m <= 4) {
+    gated ? launch<4, 2, true, 1>(args, aligned, stream)
+          : launch<4, 4, false, 1>(args, aligned, stream);
   } else {
-    gated ? launch<16, 2, true>(args, aligned, stream)
-          : launch<16, 4, false>(args, aligned, stream);
+    gated ? launch<16, 2, true, 2>(args, aligned, stream)
+          : launch<16, 4, false, 2>(args, aligned, stream);
   }
   check_launch("grouped_gemm (stream)");
 }
