@@ -242,6 +242,12 @@ std::vector<CudaBenchRow> run_cuda_bench(const MoeConfig& config, const CudaBenc
       row.floor_us = std::max(row.weight_bytes / ceilings.copy_bytes_per_s,
                               row.flops / ceilings.bf16_flops_per_s) *
                      1e6;
+      // A plan asked for by name may not take every size (decode/1 past 8 tokens).
+      row.cannot_run = cuda::why_plan_cannot_run(plan, problems[0]);
+      if (!row.cannot_run.empty()) {
+        rows.push_back(row);
+        continue;
+      }
 
       // Un-captured calls first: they size the workspace and give the per-stage split. One call
       // before them is not timed: a kernel's first launch in the process loads its module
@@ -328,6 +334,11 @@ void run_cuda_bench_command(const CudaBenchCommand& o) {
                              {"bf16_flops_per_s", ceilings.bf16_flops_per_s},
                              {"rows", nlohmann::json::array()}};
     for (const CudaBenchRow& r : rows) {
+      if (!r.cannot_run.empty()) {
+        report["rows"].push_back(
+            {{"tokens", r.tokens}, {"plan", r.plan}, {"cannot_run", r.cannot_run}});
+        continue;
+      }
       report["rows"].push_back({{"tokens", r.tokens},
                                 {"plan", r.plan},
                                 {"default", r.is_default},
@@ -361,6 +372,10 @@ void run_cuda_bench_command(const CudaBenchCommand& o) {
              "tokens", "plan", "us", "floor us", "floor %", "TFLOP/s", "TB/s", "align", "gemm1",
              "gemm2", "sum", "experts", "work MB");
   for (const CudaBenchRow& r : rows) {
+    if (!r.cannot_run.empty()) {
+      fmt::print("{:>6} {:>10}  cannot run: {}\n", r.tokens, r.plan + " ", r.cannot_run);
+      continue;
+    }
     fmt::print(
         "{:>6} {:>10} {:>10.1f} {:>9.1f} {:>7.0f}% {:>8.1f} {:>7.2f} {:>7.1f} {:>7.1f} {:>7.1f} "
         "{:>7.1f} {:>7.1f} {:>8.0f}\n",

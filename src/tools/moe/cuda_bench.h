@@ -12,10 +12,11 @@ namespace moe::cli {
 
 struct CudaBenchOptions {
   std::vector<int64_t> tokens;
-  int repeats = 20;                // timed replays of each of the routing sets
-  int routing_sets = 8;            // distinct routings rotated so decode weights do not sit in L2
-  bool sweep = false;              // also time every plan that can run the shape
-  std::vector<std::string> plans;  // also time these (plan names: "tma/128"), at every size
+  int repeats = 20;      // timed replays of each of the routing sets
+  int routing_sets = 8;  // distinct routings rotated so decode weights do not sit in L2
+  bool sweep = false;    // also time every plan that can run the shape
+  // also time these (plan names: "tma/128") at every size where they can run
+  std::vector<std::string> plans;
   uint64_t seed = 0;
 };
 
@@ -30,6 +31,7 @@ struct CudaBenchRow {
   int64_t tokens = 0;
   std::string plan;         // cuda_plans::plan_name: "stream/16", "mma/128", "tiny/1"
   bool is_default = false;  // cuda::default_plan, the choice when no tuned table has the shape
+  std::string cannot_run;  // why the plan cannot run this size (cuda::why_plan_cannot_run): untimed
   double median_us = 0, min_us = 0;
   double align_us = 0, gemm1_us = 0, gemm2_us = 0, sum_us = 0;  // one un-captured call
   double distinct_experts = 0;                                  // mean over the routing sets

@@ -54,7 +54,7 @@ std::vector<TunedSize> pick_best(const std::vector<CudaBenchRow>& rows,
   for (const int64_t count : tokens) {
     TunedSize size;
     for (const CudaBenchRow& row : rows) {
-      if (row.tokens != count) continue;
+      if (row.tokens != count || !row.cannot_run.empty()) continue;
       if (size.best == nullptr || row.median_us < size.best->median_us) size.best = &row;
       if (row.is_default) size.built_in = &row;
     }
