@@ -156,21 +156,22 @@ TEST_F(CudaPlanChoice, BadFoldersAndFilesAreNamedInTheError) {
                {path, "\"1.kernel\""});
 }
 
-TEST(CudaPlanChoiceRules, DefaultTakesTheDecodeKernelAtOneAndTwoTinyTokens) {
+TEST(CudaPlanChoiceRules, DefaultTakesTheTinyBatchUpToHalfAPairPerExpert) {
   ExpertsProblem problem = small_problem(1);
   problem.num_experts = problem.num_local_experts = 64;
-  EXPECT_EQ(plan_name(cuda::default_plan(problem)), "decode/1");
-  problem.num_tokens = 2;
-  EXPECT_EQ(plan_name(cuda::default_plan(problem)), "decode/1");
-  problem.num_tokens = 3;
-  EXPECT_EQ(plan_name(cuda::default_plan(problem)), "tiny/1");
+  for (const int64_t tokens : {1, 2, 16}) {  // k 2: up to 32 pairs over 64 experts
+    problem.num_tokens = tokens;
+    EXPECT_EQ(plan_name(cuda::default_plan(problem)), "tiny/1") << tokens << " tokens";
+  }
+  problem.num_tokens = 17;
+  EXPECT_NE(plan_name(cuda::default_plan(problem)), "tiny/1");
   problem.num_tokens = 1;
-  problem.hidden_size = 60;  // the decode kernel loads 16 bytes at a time
+  problem.hidden_size = 60;  // the tiny batch takes any row length
   EXPECT_EQ(plan_name(cuda::default_plan(problem)), "tiny/1");
   problem.hidden_size = 64;
   const int32_t expert_map[64] = {};
   problem.expert_map = expert_map;
-  EXPECT_NE(plan_name(cuda::default_plan(problem)), "decode/1");
+  EXPECT_NE(plan_name(cuda::default_plan(problem)), "tiny/1");
 }
 
 TEST(CudaPlanChoiceRules, DecodePlanSaysWhatItCannotRun) {

@@ -70,14 +70,13 @@ ExpertsPlan default_plan(const ExpertsProblem& problem) {
   const bool rows_aligned = problem.hidden_size % 8 == 0 && problem.intermediate_size % 8 == 0;
   // Chosen from sweeps of every plan on an H200 (docs/perf.md), Qwen3-30B-A3B and DeepSeek-V3
   // shapes; the boundaries fell at the same rows per expert for both.
-  if (pairs * 4 <= problem.num_experts && problem.expert_map == nullptr) {
-    // vLLM's tiny-batch rule: experts mostly see one pair. At 1 token the whole call in one
-    // launch beat the stream kernel's three on the H200 (Qwen3-30B-A3B 31.7-32.2 us against
-    // 35.0-35.2, DeepSeek-V3 172.5-173.1 against 184.7-185.3), at 2 tokens for DeepSeek-V3
-    // (335 against 348-349; a tie for Qwen3-30B-A3B); from 4 tokens on it lost (Qwen3-30B-A3B
-    // 105.5-106.3 against 87.9-89.2).
-    const ExpertsPlan decode{GemmKernel::kDecode, 1, true};
-    if (problem.num_tokens <= 2 && why_plan_cannot_run(decode, problem).empty()) return decode;
+  if (pairs * 2 <= problem.num_experts && problem.expert_map == nullptr) {
+    // Experts mostly see one pair: the stream kernel, a block per pair, no align. On the H200
+    // it beat every other plan up to half a pair per expert (Qwen3-30B-A3B at 8 tokens 128.6-128.8
+    // us, tma/64 155.8-156.7; DeepSeek-V3 at 16 tokens 2088-2090, tma_dynamic/64 2147-2152) and
+    // the decode kernel's one launch at 1 and 2 tokens (Qwen3-30B-A3B 29.5 and 47.7-48.0 against
+    // 31.7-32.6 and 53.4-53.8). DeepSeek-V3 at one pair per expert (32 tokens) ran 3697-3704 us
+    // against tma_dynamic/64's 3238-3239: the blocks of one expert re-read its 44 MB of weights.
     return {GemmKernel::kStream, 1, true};
   }
   if (!rows_aligned) return {GemmKernel::kStream, kMaxStreamRows, false};

@@ -54,12 +54,13 @@ double median_us(cudaStream_t stream, int repeats, Body body) {
 }
 
 // The plans worth timing at this size: the stream kernel re-reads an expert's weights for every
-// block of rows, so it is skipped once experts average more than two blocks' worth.
+// block of rows, so it is skipped once experts average more than two blocks' worth, and the tiny
+// batch (a block per pair) past one pair per expert.
 std::vector<cuda::ExpertsPlan> candidate_plans(const ExpertsProblem& problem) {
   std::vector<cuda::ExpertsPlan> plans;
   const int64_t pairs = problem.num_tokens * problem.top_k;
   const double rows_per_expert = static_cast<double>(pairs) / problem.num_experts;
-  if (pairs * 4 <= problem.num_experts) {
+  if (pairs <= problem.num_experts) {
     plans.push_back({cuda::GemmKernel::kStream, 1, true});
     const cuda::ExpertsPlan decode{cuda::GemmKernel::kDecode, 1, true};
     if (cuda::why_plan_cannot_run(decode, problem).empty()) plans.push_back(decode);
