@@ -69,14 +69,15 @@ ExpertsPlan default_plan(const ExpertsProblem& problem) {
   const double rows_per_expert = static_cast<double>(pairs) / static_cast<double>(experts);
   const bool rows_aligned = problem.hidden_size % 8 == 0 && problem.intermediate_size % 8 == 0;
   // Chosen from sweeps of every plan on an H200 (docs/perf.md), Qwen3-30B-A3B and DeepSeek-V3
-  // shapes; the boundaries fell at the same rows per expert for both.
+  // shapes; the boundaries fell at the same rows per expert for both but the tiny batch's.
   if (pairs * 2 <= problem.num_experts && problem.expert_map == nullptr) {
     // Experts mostly see one pair: the stream kernel, a block per pair, no align. On the H200
     // it beat every other plan up to half a pair per expert (Qwen3-30B-A3B at 8 tokens 128.6-128.8
-    // us, tma/64 155.8-156.7; DeepSeek-V3 at 16 tokens 2088-2090, tma_dynamic/64 2147-2152) and
-    // the decode kernel's one launch at 1 and 2 tokens (Qwen3-30B-A3B 29.5 and 47.7-48.0 against
-    // 31.7-32.6 and 53.4-53.8). DeepSeek-V3 at one pair per expert (32 tokens) ran 3697-3704 us
-    // against tma_dynamic/64's 3238-3239: the blocks of one expert re-read its 44 MB of weights.
+    // us, tma/64 155.8-156.7; DeepSeek-V3 at 16 tokens 2088-2090, tma_dynamic/64 2147-2152), the
+    // decode kernel's one launch included (Qwen3-30B-A3B at 1 and 2 tokens 29.2-29.5 and
+    // 47.7-48.0 us against 31.7-32.0 and 53.2-54.2). At one pair per expert DeepSeek-V3 (32
+    // tokens) lost (3697-3704 us, tma_dynamic/64 3238-3239) where Qwen3-30B-A3B (16 tokens) won
+    // (209.4-209.9, tma/64 218.4-219.1): the rule stops at half, the Qwen3 table goes on to 16.
     return {GemmKernel::kStream, 1, true};
   }
   if (!rows_aligned) return {GemmKernel::kStream, kMaxStreamRows, false};

@@ -137,9 +137,10 @@ void stream_grouped_gemm(bool gated, const GroupedGemmArgs& args, bool aligned,
   // Few columns per warp (4 weight rows) keep the registers low, so that many warps fit on a
   // multiprocessor and keep their loads in flight: the kernel waits on memory, not arithmetic.
   // On the H200 against 4 (gemm1) and 8 (gemm2) columns per warp (docs/perf.md): Qwen3-30B-A3B's
-  // tiny batch at 4 tokens 76.3 against 88.8 us, DeepSeek-V3's stream/4 at 64 tokens 5.08
-  // against 5.20 ms. The tiny batch has one row per block and unrolls two steps of K (one: 88.4
-  // us); four rows unroll none (two: 5.32 ms). Sixteen rows already had two columns per warp.
+  // tiny batch at 4 tokens 76.3-76.4 against 88.8-89.9 us, DeepSeek-V3's stream/4 at 64 tokens
+  // 5.08 against 5.20 ms. The tiny batch has one row per block and unrolls two steps of K
+  // (one: 88.4 us); four rows unroll none (two: 5.32 ms). Sixteen rows already had two columns per
+  // warp.
   if (args.tiny_topk_ids != nullptr) {
     gated ? launch<1, 2, true, 2>(args, aligned, stream)
           : launch<1, 4, false, 2>(args, aligned, stream);
