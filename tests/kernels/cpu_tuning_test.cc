@@ -44,7 +44,7 @@ TEST(CpuTuning, DefaultsWhenUnset) {
       h("MOE_CPU_HUGEPAGES", "");
   const cpu::CpuTuning t = cpu::read_cpu_tuning();
   EXPECT_EQ(t.k_block, 0);
-  EXPECT_EQ(t.prefetch_blocks, 1);
+  EXPECT_FALSE(t.prefetch_blocks.has_value());  // each kernel's own
   EXPECT_TRUE(t.huge_pages);
 }
 

@@ -132,6 +132,7 @@ ExpertKernels amx_expert_kernel_set() {
   kernels.tile.row_multiple = kTileRows;
   kernels.tile.whole_k = true;
   kernels.tile.spreads_prefetch = true;
+  kernels.tile.prefetch_blocks = 1;
   kernels.tile.run = &amx_pair<Tiles>;
   kernels.tile.thread_begin = &Tiles::begin;
   kernels.tile.thread_end = &Tiles::end;

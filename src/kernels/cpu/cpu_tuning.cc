@@ -33,9 +33,9 @@ CpuTuning read_cpu_tuning() {
         "MOE_CPU_KBLOCK: expected 0 (the default) or a multiple of {} (the AMX tile depth); got {}",
         kBf16KMultiple, t.k_block);
   }
-  t.prefetch_blocks = read_count("MOE_CPU_PREFETCH", 1);
-  if (t.prefetch_blocks > 8)
-    fail("MOE_CPU_PREFETCH: expected 0 to 8 k blocks; got {}", t.prefetch_blocks);
+  const int64_t prefetch = read_count("MOE_CPU_PREFETCH", -1);
+  if (prefetch > 8) fail("MOE_CPU_PREFETCH: expected 0 to 8 k blocks; got {}", prefetch);
+  if (prefetch >= 0) t.prefetch_blocks = prefetch;
   const int64_t huge = read_count("MOE_CPU_HUGEPAGES", 1);
   if (huge > 1) fail("MOE_CPU_HUGEPAGES: expected 0 or 1; got {}", huge);
   t.huge_pages = huge == 1;

@@ -223,12 +223,11 @@ void prefetch_to_l2(const BlockSpan& span) {
   }
 }
 
-// The weights of the k block MOE_CPU_PREFETCH blocks (default 1: the next one) after block
-// `block` of pair `pair`, counting on through the item's later pairs; empty past the item's end.
+// The weights of the k block `ahead` blocks after block `block` of pair `pair`, counting on
+// through the item's later pairs; empty past the item's end or when `ahead` is 0.
 BlockSpan block_ahead(const PackedLayout& layout, const uint8_t* expert, const WorkItem& item,
-                      int64_t pair, int64_t block, int64_t k_step) {
+                      int64_t pair, int64_t block, int64_t k_step, int64_t ahead) {
   BlockSpan span;
-  const int64_t ahead = cpu_tuning().prefetch_blocks;
   const int64_t blocks_per_pair = (layout.k_padded + k_step - 1) / k_step;
   const int64_t target = (pair - item.pair_begin) * blocks_per_pair + block + ahead;
   const int64_t target_pair = item.pair_begin + target / blocks_per_pair;
@@ -261,6 +260,7 @@ void run_item(const PackedGemmArgs& args, const ExpertKernels& kernels, const Ex
   const bool whole_k = k_step >= layout.k_padded && cpu_tuning().k_block == 0;
   const bool block_fits_l1 =
       k_step * kPairWidth * static_cast<int64_t>(dtype_size(layout.dtype)) <= kPairBlockBytes;
+  const int64_t ahead_blocks = cpu_tuning().prefetch_blocks.value_or(kernel.prefetch_blocks);
   for (int64_t pair = item.pair_begin; pair < item.pair_end; ++pair) {
     TileArgs t;
     t.a_stride = s.a_stride;
@@ -270,7 +270,8 @@ void run_item(const PackedGemmArgs& args, const ExpertKernels& kernels, const Ex
       t.k_begin = k0;
       t.k_end = std::min(k0 + k_step, layout.k_padded);
       t.accumulate = k0 > 0;
-      const BlockSpan next = block_ahead(layout, expert, item, pair, k0 / k_step, k_step);
+      const BlockSpan next =
+          block_ahead(layout, expert, item, pair, k0 / k_step, k_step, ahead_blocks);
       for (int64_t block = 0; block < row_blocks; ++block) {
         const int64_t r0 = block * kernel.max_rows;
         const BlockSpan ahead = span_part(next, block, row_blocks);
