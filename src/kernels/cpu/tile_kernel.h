@@ -66,9 +66,9 @@ struct TileKernel {
   bool spreads_prefetch = false;
   // k blocks ahead that the driver prefetches into L2 (MOE_CPU_PREFETCH overrides it): 1 for the
   // amx kernel, which spreads them; 0 for the kernels that would get each next block in one burst
-  // before the call: on an AVX-512 Xeon without AMX the hardware prefetcher alone streamed faster
-  // (call by call: 21-29% less time at 1 to 64 tokens of Qwen3-30B-A3B, 7-13% at 256, equal from
-  // 1024 on; docs/perf.md).
+  // before the call: on an AVX-512 Xeon without AMX, the hardware prefetcher (with the kernels'
+  // own prefetch a few steps ahead) streamed faster without it (call by call: 21-29% less time at
+  // 1 to 64 tokens of Qwen3-30B-A3B, 7-13% at 256, equal from 1024 on; docs/perf.md).
   int64_t prefetch_blocks = 0;
   void (*run)(const TileArgs& args) = nullptr;
   // Called once per thread around a run of calls (AMX loads and releases its tile configuration).
