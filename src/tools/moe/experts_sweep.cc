@@ -230,8 +230,4 @@ std::vector<InterleavedPoint> measure_interleaved(
   return points;
 }
 
-SweepPoint measure_point(std::vector<MoeLayer>& copies, const SweepSettings& s) {
-  return measure_interleaved({&copies}, {s.peak_flops}, s).front().point;
-}
-
 }  // namespace moe::cli

@@ -47,7 +47,6 @@ struct SweepSettings {
   uint64_t seed = 0;
   DType hidden_dtype = DType::kBF16;
   double bandwidth_gb_s = 0;  // measured in the same run
-  double peak_flops = 0;      // of the path, measured in the same run
 };
 
 struct SweepPoint {
@@ -63,15 +62,13 @@ struct SweepPoint {
   double fraction() const { return ms > 0 ? floor_ms / ms : 0; }
 };
 
-// Times forward_experts on `copies` (the same layer packed several times) in turn, a new routing
-// every call, so each call streams weights that are not in cache, as in a model of many layers.
-SweepPoint measure_point(std::vector<MoeLayer>& copies, const SweepSettings& settings);
-
-// The same for several variants of one layer (e.g. instruction-set paths, each with its copies
-// and the peak of its path), call by call: every round gives each variant one call on the same
-// new routing, in an order rotated every round, so a host whose speed drifts (shared machines:
-// up to 1.6x between runs minutes apart) slows them alike. ratio_to_first: the median over rounds
-// of a variant's time over the first variant's in the same round.
+// Times forward_experts on one or more variants of a layer (e.g. instruction-set paths, each with
+// the peak of its path and its copies: the same layer packed several times, taken in turn so that
+// each call streams weights that are not in cache, as in a model of many layers). Every round gives
+// each variant one call on the same new routing, in an order rotated every round, so a host whose
+// speed drifts (shared machines: up to 1.6x between runs minutes apart) slows them alike.
+// ratio_to_first: the median over rounds of a variant's time over the first variant's in the same
+// round.
 struct InterleavedPoint {
   SweepPoint point;
   double ratio_to_first = 1;
