@@ -156,10 +156,13 @@ TEST_F(CudaFusedExperts, EveryPlanMatchesTheReference) {
 }
 
 // The decode plan keeps counters between launches (each launch sets them back to zero) and adds
-// the pairs of a token in a fixed slot order: one runner, called on routing A, then B, then A
-// again, must match the reference each time and give A's bits twice.
-TEST_F(CudaFusedExperts, DecodePlanRepeatsExactlyThroughOneRunner) {
+// the pairs of a token in a fixed slot order; the tiny batch adds them in a fixed warp order up to
+// kTinySumMaxTokens tokens (gemm2 and the sum in one launch), in pair order after. One runner,
+// called on routing A, then B, then A again, must match the reference each time and give A's bits
+// twice.
+TEST_F(CudaFusedExperts, TinyBatchPlansRepeatExactlyThroughOneRunner) {
   const cuda::ExpertsPlan decode{cuda::GemmKernel::kDecode, 1, true};
+  const cuda::ExpertsPlan tiny{cuda::GemmKernel::kStream, 1, true};
   std::vector<ExpertsCase> cases;
   for (int64_t M = 1; M <= cuda::kDecodeMaxTokens; ++M) {
     cases.push_back(bf16_case(M, 264, 104, 64, 4, 300 + M));
@@ -167,32 +170,40 @@ TEST_F(CudaFusedExperts, DecodePlanRepeatsExactlyThroughOneRunner) {
   cases.push_back(bf16_case(8, 2048, 768, 128, 8, 310));  // Qwen3-30B-A3B's shape
   cases.push_back(bf16_case(8, 72, 40, 256, 16, 311));    // the most pairs
   cases.push_back(bf16_case(3, 8, 8, 5, 5, 312));         // every expert, one 8-wide step
+  cases.push_back(bf16_case(2, 72, 40, 256, 16, 314));    // two pairs per warp, one launch
+  cases.push_back(bf16_case(1, 30, 21, 9, 3, 315));       // odd H and I, one launch
   ExpertsCase skewed = bf16_case(7, 64, 56, 12, 3, 313);
   skewed.routing = testing::Routing::kSkewed;
   cases.push_back(skewed);
   for (const ExpertsCase& c : cases) {
     SCOPED_TRACE(c.describe());
     ExpertsInputs a = testing::make_inputs(c);
-    // Token 0 names its first expert twice: the second pair gets a slot of its own.
+    // Token 0 names its first expert twice (the decode plan gives the second pair a slot).
     if (c.top_k > 1) a.topk_ids.data<int32_t>()[1] = a.topk_ids.data<int32_t>()[0];
     ExpertsCase other = c;
     other.seed += 1000;
     const ExpertsInputs b = testing::make_inputs(other);
-    cuda::ExpertsRunner runner;
-    auto run = [&](const ExpertsInputs& in) {
-      OnDevice d = to_device(in);
-      ValidatedExperts v =
-          validate_experts(d.hidden, d.w13, d.w2, d.topk_weights, d.topk_ids, d.out, d.options);
-      EXPECT_EQ(cuda::why_plan_cannot_run(decode, v.problem), "");
-      runner.run(v.problem, decode, nullptr);
-      return d.out.to_host();
-    };
-    const Tensor first = run(a);
-    expect_close(Tensor::copy_of(first, DType::kF32), testing::run_reference_f32(a), "A");
-    expect_close(Tensor::copy_of(run(b), DType::kF32), testing::run_reference_f32(b), "B");
-    const Tensor again = run(a);
-    EXPECT_EQ(std::memcmp(first.data<uint16_t>(), again.data<uint16_t>(), first.nbytes()), 0)
-        << "A twice differs";
+    const bool rows_aligned = c.hidden_size % 8 == 0 && c.intermediate_size % 8 == 0;
+    for (const cuda::ExpertsPlan& plan :
+         rows_aligned ? std::vector{decode, tiny} : std::vector{tiny}) {
+      const std::string what = cuda_plans::plan_name(plan);
+      SCOPED_TRACE(what);
+      cuda::ExpertsRunner runner;
+      auto run = [&](const ExpertsInputs& in) {
+        OnDevice d = to_device(in);
+        ValidatedExperts v =
+            validate_experts(d.hidden, d.w13, d.w2, d.topk_weights, d.topk_ids, d.out, d.options);
+        EXPECT_EQ(cuda::why_plan_cannot_run(plan, v.problem), "");
+        runner.run(v.problem, plan, nullptr);
+        return d.out.to_host();
+      };
+      const Tensor first = run(a);
+      expect_close(Tensor::copy_of(first, DType::kF32), testing::run_reference_f32(a), "A");
+      expect_close(Tensor::copy_of(run(b), DType::kF32), testing::run_reference_f32(b), "B");
+      const Tensor again = run(a);
+      EXPECT_EQ(std::memcmp(first.data<uint16_t>(), again.data<uint16_t>(), first.nbytes()), 0)
+          << "A twice differs";
+    }
   }
 }
 
@@ -205,18 +216,20 @@ TEST_F(CudaFusedExperts, ChunksLongBatches) {
 }
 
 TEST_F(CudaFusedExperts, BadIdTouchesOnlyItsToken) {
-  // 40 tokens run the default plan; 4 of 64 experts with k 2, the decode plan too.
-  for (const int64_t M : {40, 4}) {
-    ExpertsCase c = bf16_case(M, 64, 32, M == 4 ? 64 : 8, 2, 31);
+  // 40 tokens run the default plan; 4 of 64 experts with k 2, the decode plan too; 2 tokens the
+  // tiny batch's gemm2 with the sum in one launch.
+  for (const int64_t M : {40, 4, 2}) {
+    ExpertsCase c = bf16_case(M, 64, 32, M <= 4 ? 64 : 8, 2, 31);
     ExpertsInputs in = testing::make_inputs(c);
     std::vector<std::pair<std::string, Tensor>> clean = {{"default plan", run_public(in)}};
     if (M == 4) clean.emplace_back("decode/1", run_plan(in, {cuda::GemmKernel::kDecode, 1, true}));
-    in.topk_ids.data<int32_t>()[2 * 3 + 1] = 1000;  // token 3, slot 1: out of range
+    const int64_t bad_token = std::min<int64_t>(3, M - 1);
+    in.topk_ids.data<int32_t>()[2 * bad_token + 1] = 1000;  // slot 1: out of range
     for (const auto& [what, before] : clean) {
       const Tensor dirty =
           what == "decode/1" ? run_plan(in, {cuda::GemmKernel::kDecode, 1, true}) : run_public(in);
       for (int64_t t = 0; t < M; ++t) {
-        if (t == 3) continue;
+        if (t == bad_token) continue;
         EXPECT_EQ(
             std::memcmp(before.data<uint16_t>() + t * 64, dirty.data<uint16_t>() + t * 64, 128), 0)
             << what << ", token " << t;

@@ -8,6 +8,7 @@
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/decode_experts.h"
 #include "kernels/cuda/moe_sum.h"
+#include "kernels/cuda/tiny_gemm2_sum.h"
 #include "moe/align.h"
 #include "moe/error.h"
 
@@ -24,6 +25,12 @@ int64_t chunk_tokens(const ExpertsProblem& problem) {
 // padding (Qwen3-30B-A3B at 16 and 64 tokens) loading the whole box cost up to 1.6% (docs/cuda.md).
 bool rows_in_block_order(const ExpertsPlan& plan) {
   return plan.block_m == 128 && is_tma_kernel(plan.kernel);
+}
+
+// Whether gemm2 and the sum of a chunk of `tokens` run as one launch (tiny_gemm2_sum.h): the
+// tiny batch's first tokens, where the sum's launch is a tenth of the call (tiny_gemm2_sum.cu).
+bool gemm2_with_sum(const ExpertsPlan& plan, int64_t tokens) {
+  return plan.tiny_batch && tokens <= kTinySumMaxTokens;
 }
 
 bool aligned16(const void* pointer) { return reinterpret_cast<uintptr_t>(pointer) % 16 == 0; }
@@ -167,7 +174,7 @@ void ExpertsRunner::reserve(const ExpertsProblem& problem, const ExpertsPlan& pl
   cache2_.reserve(std::max<int64_t>(cache2_rows * problem.intermediate_size, 1) * 2);
   if (plan.kernel == GemmKernel::kDecode) {
     decode_sync_.reserve(kDecodeSyncWords * sizeof(uint32_t));  // one size: allocated once
-  } else {
+  } else if (!gemm2_with_sum(plan, chunk_tokens(problem))) {
     cache3_.reserve(std::max<int64_t>(pairs * problem.hidden_size, 1) * 2);
   }
 }
@@ -244,29 +251,38 @@ void ExpertsRunner::run(const ExpertsProblem& problem, const ExpertsPlan& plan, 
     grouped_gemm(plan.kernel, /*gated=*/true, gemm, stream);
     clock.mark(2, stream);
 
-    gemm.input = cache2_.data();
-    gemm.row_divisor = 1;
-    gemm.out_in_block_order = false;
-    gemm.input_in_block_order = rows_in_block_order(plan);
-    gemm.weights = problem.w2;
-    gemm.weight_rows = H;
-    gemm.k_dim = I;
-    gemm.out_columns = H;
-    gemm.out = cache3_.data();
-    gemm.topk_weights = problem.topk_weights + t0 * k;
-    grouped_gemm(plan.kernel, /*gated=*/false, gemm, stream);
-    clock.mark(3, stream);
+    if (gemm2_with_sum(plan, m)) {
+      // Its time is gemm2's; the sum's reads zero.
+      tiny_gemm2_sum(
+          {cache2_.data(), problem.w2, problem.topk_weights + t0 * k, topk_ids, problem.num_experts,
+           m, k, H, I, static_cast<uint16_t*>(problem.out) + t0 * H},
+          stream);
+      clock.mark(3, stream);
+    } else {
+      gemm.input = cache2_.data();
+      gemm.row_divisor = 1;
+      gemm.out_in_block_order = false;
+      gemm.input_in_block_order = rows_in_block_order(plan);
+      gemm.weights = problem.w2;
+      gemm.weight_rows = H;
+      gemm.k_dim = I;
+      gemm.out_columns = H;
+      gemm.out = cache3_.data();
+      gemm.topk_weights = problem.topk_weights + t0 * k;
+      grouped_gemm(plan.kernel, /*gated=*/false, gemm, stream);
+      clock.mark(3, stream);
 
-    SumArgs sum{cache3_.data(),
-                topk_ids,
-                problem.expert_map,
-                problem.num_experts,
-                local_experts,
-                m,
-                k,
-                H,
-                static_cast<uint16_t*>(problem.out) + t0 * H};
-    moe_sum(sum, stream);
+      SumArgs sum{cache3_.data(),
+                  topk_ids,
+                  problem.expert_map,
+                  problem.num_experts,
+                  local_experts,
+                  m,
+                  k,
+                  H,
+                  static_cast<uint16_t*>(problem.out) + t0 * H};
+      moe_sum(sum, stream);
+    }
     clock.mark(4, stream);
 
     if (times) {

@@ -16,6 +16,8 @@
 namespace moe::cuda {
 
 inline constexpr int64_t kChunkTokens = 16384;
+// The tiny batch runs gemm2 and the sum as one launch up to this many tokens (tiny_gemm2_sum.h).
+inline constexpr int64_t kTinySumMaxTokens = 2;
 
 // How one call runs: which grouped-GEMM kernel, rows per aligned block, and whether align takes
 // the tiny-batch path (one pair per block, no sort). kDecode with the tiny batch runs the whole
