@@ -8,7 +8,7 @@
 // Qwen3-30B-A3B: 25.7 against 28.5 us at 1 token, 44.4 against 46.8 at 2; DeepSeek-V3 even at 1 and
 // 2 tokens. From 4 tokens on it lost (Qwen3-30B-A3B at 8 tokens 130.0 against 127.5, DeepSeek-V3 at
 // 16 tokens 2133 against 2098): the runner takes it up to kTinySumMaxTokens. Two columns per block,
-// eight, or the K loop unrolled twice were slower at every size.
+// eight, or the K loop unrolled twice were no faster at any size.
 #include <cuda_bf16.h>
 
 #include "kernels/cuda/bf16_math.cuh"
