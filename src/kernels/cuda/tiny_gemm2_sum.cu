@@ -5,10 +5,11 @@
 // so the order of every addition is fixed by k alone.
 //
 // Measured on the H200 (docs/perf.md) against the stream kernel's gemm2 plus the sum,
-// Qwen3-30B-A3B: 25.7 against 28.5 us at 1 token, 44.4 against 46.8 at 2; DeepSeek-V3 even at 1 and
-// 2 tokens. From 4 tokens on it lost (Qwen3-30B-A3B at 8 tokens 130.0 against 127.5, DeepSeek-V3 at
-// 16 tokens 2133 against 2098): the runner takes it up to kTinySumMaxTokens. Two columns per block,
-// eight, or the K loop unrolled twice were no faster at any size.
+// Qwen3-30B-A3B: 25.7 against 28.5 us at 1 token, 44.4 against 46.8 at 2, about even at 4;
+// DeepSeek-V3 even at 1 and 2 tokens. Past that it lost (Qwen3-30B-A3B at 8 tokens 130.0 against
+// 127.5, DeepSeek-V3 at 4 tokens 604.2 against 598.7 and at 16 2133 against 2098): the runner takes
+// it up to kTinySumMaxTokens. Two columns per block, eight, or the K loop unrolled twice were no
+// faster at any size.
 #include <cuda_bf16.h>
 
 #include "kernels/cuda/bf16_math.cuh"
