@@ -1,4 +1,5 @@
-// Small device helpers shared by the CUDA kernels: 16-byte bf16 loads and conversions, SiLU.
+// Small device helpers shared by the CUDA kernels: 16-byte bf16 loads and conversions, SiLU, the
+// steps of a warp's dot products.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -36,5 +37,27 @@ __device__ __forceinline__ uint4 load_bf16x8(const __nv_bfloat16* row, int64_t k
 }
 
 __device__ __forceinline__ float silu(float x) { return x / (1.0f + __expf(-x)); }
+
+// One step of a warp's dot products: acc[i] += w[i] · x over 8 values, in ascending order, where
+// w[i] holds eight packed bf16 (a weight row's chunk) and x the input row's same eight.
+template <int kRows>
+__device__ __forceinline__ void add_bf16x8_products(const uint4 (&w)[kRows], const float (&x)[8],
+                                                    float (&acc)[kRows]) {
+#pragma unroll
+  for (int i = 0; i < kRows; ++i) {
+    float values[8];
+    bf16x8_to_float(w[i], values);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) acc[i] = fmaf(values[e], x[e], acc[i]);
+  }
+}
+
+// `value` summed over the warp's 32 lanes (a butterfly: every lane gets the sum).
+__device__ __forceinline__ float warp_sum(float value) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2)
+    value += __shfl_xor_sync(0xffffffffu, value, offset);
+  return value;
+}
 
 }  // namespace moe::cuda

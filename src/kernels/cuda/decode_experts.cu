@@ -145,21 +145,10 @@ __device__ void gemm1_item(const DecodeArgs& a, const Slots& slots, int slot, in
       }
       float x[8];
       bf16x8_to_float(load_bf16x8<true, false>(x_row, k, H), x);
-#pragma unroll
-      for (int i = 0; i < 2 * kGemm1Columns; ++i) {
-        float w[8];
-        bf16x8_to_float(packed[i], w);
-#pragma unroll
-        for (int e = 0; e < 8; ++e) acc[i] = fmaf(w[e], x[e], acc[i]);
-      }
+      add_bf16x8_products(packed, x, acc);
     }
 #pragma unroll
-    for (int i = 0; i < 2 * kGemm1Columns; ++i) {
-#pragma unroll
-      for (int offset = 16; offset > 0; offset /= 2) {
-        acc[i] += __shfl_xor_sync(0xffffffffu, acc[i], offset);
-      }
-    }
+    for (int i = 0; i < 2 * kGemm1Columns; ++i) acc[i] = warp_sum(acc[i]);
 #pragma unroll
     for (int c = 0; c < kGemm1Columns; ++c) {
       if (lane == c && first + c < I) {
@@ -201,21 +190,12 @@ __device__ void gemm2_item(const DecodeArgs& a, const Slots& slots, uint32_t gem
         }
         float x[8];
         bf16x8_to_float(load_act(x_row, k), x);
-#pragma unroll
-        for (int c = 0; c < kGemm2ItemColumns; ++c) {
-          float w[8];
-          bf16x8_to_float(packed[c], w);
-#pragma unroll
-          for (int e = 0; e < 8; ++e) acc[c] = fmaf(w[e], x[e], acc[c]);
-        }
+        add_bf16x8_products(packed, x, acc);
       }
       const float weight = a.topk_weights[pair];
 #pragma unroll
       for (int c = 0; c < kGemm2ItemColumns; ++c) {
-#pragma unroll
-        for (int offset = 16; offset > 0; offset /= 2) {
-          acc[c] += __shfl_xor_sync(0xffffffffu, acc[c], offset);
-        }
+        acc[c] = warp_sum(acc[c]);
         if (lane == c) products[pair][c] = weight * acc[c];
       }
     }

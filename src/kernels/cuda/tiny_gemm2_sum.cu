@@ -22,7 +22,6 @@ namespace {
 
 constexpr int kMaxWarps = 8;
 constexpr int kColumnsPerBlock = 4;
-constexpr unsigned kAllLanes = 0xffffffff;
 constexpr int64_t kMaxGridX = (int64_t{1} << 31) - 1, kMaxGridY = 65535;
 
 // kColumns: output columns of the block (every warp the same ones, each a different pair);
@@ -63,23 +62,11 @@ __global__ void __launch_bounds__(kMaxWarps * 32) tiny_gemm2_sum_kernel(TinyGemm
       }
       float x[8];
       bf16x8_to_float(load_bf16x8<kAligned, false>(x_row, kk, I), x);
-#pragma unroll
-      for (int c = 0; c < kColumns; ++c) {
-        float w[8];
-        bf16x8_to_float(packed[c], w);
-#pragma unroll
-        for (int e = 0; e < 8; ++e) acc[c] = fmaf(w[e], x[e], acc[c]);
-      }
+      add_bf16x8_products(packed, x, acc);
     }
     const float weight = a.topk_weights[pair];
 #pragma unroll
-    for (int c = 0; c < kColumns; ++c) {
-#pragma unroll
-      for (int offset = 16; offset > 0; offset /= 2) {
-        acc[c] += __shfl_xor_sync(kAllLanes, acc[c], offset);
-      }
-      total[c] = fmaf(weight, acc[c], total[c]);
-    }
+    for (int c = 0; c < kColumns; ++c) total[c] = fmaf(weight, warp_sum(acc[c]), total[c]);
   }
 #pragma unroll
   for (int c = 0; c < kColumns; ++c) {
