@@ -1,4 +1,4 @@
-// The avx512 path's FMA kernel (fma_tile.h with Avx512FmaShape: 16 lanes, 8 rows, 2 panels)
+// The avx512 path's FMA kernel (fma_tile.h with Avx512FmaShape: 16 lanes, 12 rows, 2 panels)
 // compiled for AVX2, so its loops and addressing are tested on machines without AVX-512. The
 // compiler splits each 16-lane vector into two YMM halves; the arithmetic is the same.
 #include <immintrin.h>

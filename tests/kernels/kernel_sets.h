@@ -2,7 +2,7 @@
 // paths it supports, plus the logic of the paths it lacks run on emulated or narrower hardware:
 //   emulated-avx512bf16   bf16_dot_tile.h on a scalar emulation of vdpbf16ps
 //   emulated-amx          amx_bf16_tile.h on a scalar emulation of the AMX tiles
-//   avx512-logic-on-avx2  fma_tile.h with the avx512 path's shape (16 lanes, 8 rows, 2 panels),
+//   avx512-logic-on-avx2  fma_tile.h with the avx512 path's shape (16 lanes, 12 rows, 2 panels),
 //                         compiled for AVX2
 // The emulations follow the instructions' documented arithmetic (bf16 products are exact in f32,
 // accumulated pair by pair); only the rounding of denormals (flushed by the hardware) differs.
