@@ -5,6 +5,7 @@
 #include <string>
 
 #include "kernels/cuda/align_block_size.h"
+#include "kernels/cuda/alignment.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/decode_experts.h"
 #include "kernels/cuda/moe_sum.h"
@@ -32,8 +33,6 @@ bool rows_in_block_order(const ExpertsPlan& plan) {
 bool gemm2_with_sum(const ExpertsPlan& plan, int64_t tokens) {
   return plan.tiny_batch && tokens <= kTinySumMaxTokens;
 }
-
-bool aligned16(const void* pointer) { return reinterpret_cast<uintptr_t>(pointer) % 16 == 0; }
 
 int64_t max_padded(const ExpertsProblem& problem, const ExpertsPlan& plan) {
   const int64_t pairs = chunk_tokens(problem) * problem.top_k;

@@ -1,14 +1,10 @@
 #include "kernels/cuda/grouped_gemm.h"
 
+#include "kernels/cuda/alignment.h"
 #include "kernels/cuda/grouped_gemm_launch.h"
 #include "moe/error.h"
 
 namespace moe::cuda {
-namespace {
-
-bool aligned16(const void* pointer) { return reinterpret_cast<uintptr_t>(pointer) % 16 == 0; }
-
-}  // namespace
 
 bool mma_supports_block_m(int64_t block_m) {
   return block_m == 16 || block_m == 32 || block_m == 64 || block_m == 128;

@@ -3,6 +3,7 @@
 // zeroing and one bad id never touches another token.
 #include <cuda_bf16.h>
 
+#include "kernels/cuda/alignment.h"
 #include "kernels/cuda/bf16_math.cuh"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/moe_sum.h"
@@ -68,8 +69,7 @@ void moe_sum(const SumArgs& args, cudaStream_t stream) {
   const int64_t per_block = kThreads * 8;
   const dim3 grid(static_cast<unsigned>((args.hidden_size + per_block - 1) / per_block),
                   static_cast<unsigned>(args.num_tokens));
-  const bool aligned =
-      args.hidden_size % 8 == 0 && reinterpret_cast<uintptr_t>(args.cache3) % 16 == 0;
+  const bool aligned = args.hidden_size % 8 == 0 && aligned16(args.cache3);
   if (aligned) {
     sum_kernel<true><<<grid, kThreads, 0, stream>>>(args);
   } else {

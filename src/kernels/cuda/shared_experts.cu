@@ -8,6 +8,7 @@
 // costs less than a launch of its own. Tested through tests/cuda/shared_experts_test.cc.
 #include <cuda_bf16.h>
 
+#include "kernels/cuda/alignment.h"
 #include "kernels/cuda/bf16_math.cuh"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/shared_experts.h"
@@ -68,9 +69,7 @@ void shared_activation(const SharedActivationArgs& args, cudaStream_t stream) {
   const dim3 grid(
       static_cast<unsigned>((args.intermediate_size + kColumnsPerBlock - 1) / kColumnsPerBlock),
       static_cast<unsigned>(args.num_tokens));
-  const bool aligned = args.hidden_size % 8 == 0 &&
-                       reinterpret_cast<uintptr_t>(args.hidden) % 16 == 0 &&
-                       reinterpret_cast<uintptr_t>(args.gate) % 16 == 0;
+  const bool aligned = args.hidden_size % 8 == 0 && aligned16(args.hidden) && aligned16(args.gate);
   if (aligned) {
     shared_activation_kernel<true><<<grid, kThreads, 0, stream>>>(args);
   } else {

@@ -12,6 +12,7 @@
 // faster at any size.
 #include <cuda_bf16.h>
 
+#include "kernels/cuda/alignment.h"
 #include "kernels/cuda/bf16_math.cuh"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/tiny_gemm2_sum.h"
@@ -94,8 +95,6 @@ void launch(const TinyGemm2SumArgs& args, bool aligned, cudaStream_t stream) {
     tiny_gemm2_sum_kernel<kColumns, false><<<grid, warps * 32, 0, stream>>>(args);
   }
 }
-
-bool aligned16(const void* pointer) { return reinterpret_cast<uintptr_t>(pointer) % 16 == 0; }
 
 }  // namespace
 
