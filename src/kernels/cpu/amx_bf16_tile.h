@@ -133,6 +133,7 @@ ExpertKernels amx_expert_kernel_set() {
   kernels.tile.whole_k = true;
   kernels.tile.spreads_prefetch = true;
   kernels.tile.prefetch_blocks = 1;
+  kernels.tile.prefill_prefetch_blocks = 1;
   kernels.tile.run = &amx_pair<Tiles>;
   kernels.tile.thread_begin = &Tiles::begin;
   kernels.tile.thread_end = &Tiles::end;

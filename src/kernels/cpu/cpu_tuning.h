@@ -6,10 +6,12 @@
 //                      The sums carry exactly from one block to the next, so the block changes
 //                      speed, never results.
 //   MOE_CPU_PREFETCH   how many k blocks ahead of the one being multiplied are prefetched into L2
-//                      (0..8; default: the kernel's, TileKernel::prefetch_blocks: 1, the next
-//                      block or the next pair under whole_k, for the amx kernel; 0, left to the
-//                      hardware prefetcher, for the others). More keeps more of the weight stream
-//                      in flight while the tiles compute and the epilogue runs.
+//                      (0..8; default: the kernel's, TileKernel::prefetch_blocks in chunks of one
+//                      row block and prefill_prefetch_blocks in longer ones: 1 and 1, the next
+//                      block or the next pair under whole_k, for the amx kernel; 1 and 0 for
+//                      avx512; 0, left to the hardware prefetcher, for the others). More keeps
+//                      more of the weight stream in flight while the tiles compute and the
+//                      epilogue runs.
 //   MOE_CPU_HUGEPAGES  1 (default): ask the kernel to back packed weights with transparent huge
 //                      pages; 0: ordinary pages.
 // A malformed value is a moe::Error naming the variable and what it takes.

@@ -74,9 +74,41 @@ void store_accumulators(
   }
 }
 
+// TileArgs::ahead, a later block's lines, spread evenly over a call's steps along k (of
+// `k_per_step` k each): each step asks for its share, so memory keeps streaming the next block
+// while this one computes. Nothing at all unless kEnabled (the shape's kSpreadsPrefetch).
+template <bool kEnabled>
+class AheadLines {
+ public:
+  AheadLines(const TileArgs& t, int64_t k_per_step) {
+    if constexpr (kEnabled) {
+      const int64_t steps = (t.k_end - t.k_begin) / k_per_step;
+      panel0_ = static_cast<const char*>(t.ahead0);
+      panel1_ = static_cast<const char*>(t.ahead1);
+      bytes_ = t.ahead_bytes;
+      per_step_ = steps > 0 ? (t.ahead_bytes / 64 + steps - 1) / steps * 64 : 0;
+    }
+  }
+  void step() {
+    if constexpr (kEnabled) {
+      const int64_t end = offset_ + per_step_ < bytes_ ? offset_ + per_step_ : bytes_;
+      for (; offset_ < end; offset_ += 64) {
+        __builtin_prefetch(panel0_ + offset_, 0, 2);
+        __builtin_prefetch(panel1_ + offset_, 0, 2);
+      }
+    }
+  }
+
+ private:
+  const char* panel0_ = nullptr;
+  const char* panel1_ = nullptr;
+  int64_t bytes_ = 0, per_step_ = 0, offset_ = 0;
+};
+
 // Panels first_panel .. first_panel + kPanels - 1 of the pair, bf16 weights, f32 rows.
-// Madd::madd(acc, x, w): acc = acc + x * w with one rounding.
-template <int kLanes, int kRows, int kPanels, typename Madd>
+// Madd::madd(acc, x, w): acc = acc + x * w with one rounding. kSpread: the kernel brings
+// TileArgs::ahead into L2 over its steps (TileKernel::spreads_prefetch).
+template <int kLanes, int kRows, int kPanels, bool kSpread, typename Madd>
 void fma_tile_bf16(const TileArgs& t, int first_panel) {
   using Floats = typename FmaVectors<kLanes>::Floats;
   using Bits = typename FmaVectors<kLanes>::Bits;
@@ -86,7 +118,9 @@ void fma_tile_bf16(const TileArgs& t, int first_panel) {
   Floats acc[kRows][kPanels * kVectorsPerPanel];
   load_accumulators<kLanes, kRows, kPanels>(acc, t, first_panel);
   constexpr int kVectors = kPanels * kVectorsPerPanel;
+  AheadLines<kSpread> ahead(t, 2);
   for (int64_t kk = t.k_begin / 2; kk < t.k_end / 2; ++kk) {
+    ahead.step();
     // Even k for every row, then odd k: only one set of widened weights is live at a time, so
     // the accumulators, those weights and one broadcast fit the register file.
     Bits bits[kVectors];
@@ -114,7 +148,7 @@ void fma_tile_bf16(const TileArgs& t, int first_panel) {
 }
 
 // The same for k-major f32 or f16 panels; Load::load(src, dst) widens kLanes weights to f32.
-template <int kLanes, int kRows, int kPanels, typename Load, typename Madd>
+template <int kLanes, int kRows, int kPanels, bool kSpread, typename Load, typename Madd>
 void fma_tile_kmajor(const TileArgs& t, int first_panel) {
   using Floats = typename FmaVectors<kLanes>::Floats;
   constexpr int kVectorsPerPanel = kPanelWidth / kLanes;
@@ -124,7 +158,9 @@ void fma_tile_kmajor(const TileArgs& t, int first_panel) {
   Floats acc[kRows][kPanels * kVectorsPerPanel];
   load_accumulators<kLanes, kRows, kPanels>(acc, t, first_panel);
   constexpr int kVectors = kPanels * kVectorsPerPanel;
+  AheadLines<kSpread> ahead(t, 1);
   for (int64_t k = t.k_begin; k < t.k_end; ++k) {
+    ahead.step();
     Floats w[kVectors];
     for (int p = 0; p < kPanels; ++p) {
       const char* step = panels + p * t.panel_bytes + k * kStepBytes;
@@ -151,26 +187,30 @@ struct F32Load {
 
 // Whole-pair kernels for a block of exactly kRows rows: both panels, kPanels at a time.
 // Weights: 0 = bf16, 1 = f32, 2 = f16 (through F16Load).
-template <int kLanes, int kRows, int kPanels, int kWeights, typename F16Load, typename Madd>
+template <int kLanes, int kRows, int kPanels, bool kSpread, int kWeights, typename F16Load,
+          typename Madd>
 void fma_pair(const TileArgs& t) {
   for (int first = 0; first < 2; first += kPanels) {
     if constexpr (kWeights == 0) {
-      fma_tile_bf16<kLanes, kRows, kPanels, Madd>(t, first);
+      fma_tile_bf16<kLanes, kRows, kPanels, kSpread, Madd>(t, first);
     } else if constexpr (kWeights == 1) {
-      fma_tile_kmajor<kLanes, kRows, kPanels, F32Load<kLanes>, Madd>(t, first);
+      fma_tile_kmajor<kLanes, kRows, kPanels, kSpread, F32Load<kLanes>, Madd>(t, first);
     } else {
-      fma_tile_kmajor<kLanes, kRows, kPanels, F16Load, Madd>(t, first);
+      fma_tile_kmajor<kLanes, kRows, kPanels, kSpread, F16Load, Madd>(t, first);
     }
   }
 }
 
 // Dispatches t.rows (1..kRows) to the kernel compiled for exactly that many rows.
-template <int kLanes, int kRows, int kPanels, int kWeights, typename F16Load, typename Madd>
+template <int kLanes, int kRows, int kPanels, bool kSpread, int kWeights, typename F16Load,
+          typename Madd>
 void fma_rows(const TileArgs& t) {
   if constexpr (kRows > 1) {
-    if (t.rows < kRows) return fma_rows<kLanes, kRows - 1, kPanels, kWeights, F16Load, Madd>(t);
+    if (t.rows < kRows) {
+      return fma_rows<kLanes, kRows - 1, kPanels, kSpread, kWeights, F16Load, Madd>(t);
+    }
   }
-  fma_pair<kLanes, kRows, kPanels, kWeights, F16Load, Madd>(t);
+  fma_pair<kLanes, kRows, kPanels, kSpread, kWeights, F16Load, Madd>(t);
 }
 
 // The register blocking of each FMA path: kMaxRows rows by kPanels panels per call of the
@@ -183,6 +223,10 @@ struct Avx2FmaShape {
   static constexpr int kPanels = 1;
   // About 150 GFLOP/s of f32 FMA against 20 GB/s of DRAM reads on two cores.
   static constexpr double kFlopsPerByte = 8;
+  // Decode chunks prefetch no later block: on an AVX-512 Xeon, call by call, the next block
+  // spread over the steps cost this path 9-16% at 1 to 64 tokens (docs/perf.md); at one row its
+  // multiply-adds, not memory, set the pace.
+  static constexpr bool kSpreadsPrefetch = false;
 };
 
 struct Avx512FmaShape {
@@ -196,6 +240,11 @@ struct Avx512FmaShape {
   static constexpr int kPanels = 2;
   // About 300 GFLOP/s of f32 FMA against 25 GB/s of DRAM reads on two cores.
   static constexpr double kFlopsPerByte = 12;
+  // Decode chunks (one row block) bring the next k block into L2 spread over the steps of the
+  // current one; chunks of several row blocks do not. Call by call on an AVX-512 Xeon, bf16
+  // weights (docs/perf.md): 4-7% less time at 1 token of Qwen3-30B-A3B, 5% at 4, 2-5% at 16,
+  // within 2% either way from 64 to 1024; in every chunk it cost 2.5% at 256 tokens.
+  static constexpr bool kSpreadsPrefetch = true;
 };
 
 // The kernel set of the FMA path with blocking `Shape`, f16 widening F16Load and multiply-add
@@ -203,13 +252,17 @@ struct Avx512FmaShape {
 template <typename Shape, typename F16Load, typename Madd>
 ExpertKernels fma_expert_kernels(DType weight_dtype) {
   constexpr int kLanes = Shape::kLanes, kMaxRows = Shape::kMaxRows, kPanels = Shape::kPanels;
+  constexpr bool kSpread = Shape::kSpreadsPrefetch;
   TileKernel kernel;
   kernel.a_dtype = DType::kF32;
   kernel.max_rows = kMaxRows;
-  kernel.run = weight_dtype == DType::kBF16 ? &fma_rows<kLanes, kMaxRows, kPanels, 0, F16Load, Madd>
+  kernel.spreads_prefetch = kSpread;
+  kernel.prefetch_blocks = kSpread ? 1 : 0;
+  kernel.run = weight_dtype == DType::kBF16
+                   ? &fma_rows<kLanes, kMaxRows, kPanels, kSpread, 0, F16Load, Madd>
                : weight_dtype == DType::kF32
-                   ? &fma_rows<kLanes, kMaxRows, kPanels, 1, F16Load, Madd>
-                   : &fma_rows<kLanes, kMaxRows, kPanels, 2, F16Load, Madd>;
+                   ? &fma_rows<kLanes, kMaxRows, kPanels, kSpread, 1, F16Load, Madd>
+                   : &fma_rows<kLanes, kMaxRows, kPanels, kSpread, 2, F16Load, Madd>;
   ExpertKernels kernels;
   kernels.tile = kernel;
   kernels.flops_per_byte = Shape::kFlopsPerByte;

@@ -260,7 +260,8 @@ void run_item(const PackedGemmArgs& args, const ExpertKernels& kernels, const Ex
   const bool whole_k = k_step >= layout.k_padded && cpu_tuning().k_block == 0;
   const bool block_fits_l1 =
       k_step * kPairWidth * static_cast<int64_t>(dtype_size(layout.dtype)) <= kPairBlockBytes;
-  const int64_t ahead_blocks = cpu_tuning().prefetch_blocks.value_or(kernel.prefetch_blocks);
+  const int64_t ahead_blocks = cpu_tuning().prefetch_blocks.value_or(
+      row_blocks > 1 ? kernel.prefill_prefetch_blocks : kernel.prefetch_blocks);
   for (int64_t pair = item.pair_begin; pair < item.pair_end; ++pair) {
     TileArgs t;
     t.a_stride = s.a_stride;

@@ -64,12 +64,15 @@ struct TileKernel {
   // call, which the amx kernel's long k loops then wait behind (a standalone loop streamed 10-25%
   // faster spread: 25.7 against 22 GB/s at 64 rows of k = 2048).
   bool spreads_prefetch = false;
-  // k blocks ahead that the driver prefetches into L2 (MOE_CPU_PREFETCH overrides it): 1 for the
-  // amx kernel, which spreads them; 0 for the kernels that would get each next block in one burst
-  // before the call: on an AVX-512 Xeon without AMX, the hardware prefetcher (with the kernels'
-  // own prefetch a few steps ahead) streamed faster without it (call by call: 21-29% less time at
-  // 1 to 64 tokens of Qwen3-30B-A3B, 7-13% at 256, equal from 1024 on; docs/perf.md).
+  // k blocks ahead that the driver prefetches into L2 (MOE_CPU_PREFETCH overrides both): in a
+  // chunk of one row block (decode), and in a chunk of several. The amx kernel takes 1 in both,
+  // spread over its steps; avx512 1 in decode only, spread too (its kSpreadsPrefetch, fma_tile.h);
+  // the others 0, which the driver would otherwise ask for in one burst before each call: on an
+  // AVX-512 Xeon without AMX the hardware prefetcher (with the kernels' own prefetch a few steps
+  // ahead) streamed faster than such bursts (call by call: 21-29% less time at 1 to 64 tokens of
+  // Qwen3-30B-A3B, 7-13% at 256, equal from 1024 on; docs/perf.md).
   int64_t prefetch_blocks = 0;
+  int64_t prefill_prefetch_blocks = 0;
   void (*run)(const TileArgs& args) = nullptr;
   // Called once per thread around a run of calls (AMX loads and releases its tile configuration).
   void (*thread_begin)() = nullptr;
