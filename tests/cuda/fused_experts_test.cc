@@ -90,8 +90,7 @@ std::vector<cuda::ExpertsPlan> plans_for(const ExpertsCase& c) {
     }
   }
   if (!c.expert_map) plans.push_back({cuda::GemmKernel::kStream, 1, true});
-  if (!c.expert_map && c.num_tokens <= cuda::kDecodeMaxTokens &&
-      c.num_tokens * c.top_k <= cuda::kDecodeMaxPairs && c.hidden_size % 8 == 0 &&
+  if (!c.expert_map && c.num_tokens <= cuda::kDecodeMaxTokens && c.hidden_size % 8 == 0 &&
       c.intermediate_size % 8 == 0) {
     plans.push_back({cuda::GemmKernel::kDecode, 1, true});
   }
@@ -155,11 +154,10 @@ TEST_F(CudaFusedExperts, EveryPlanMatchesTheReference) {
   }
 }
 
-// The decode plan keeps counters between launches (each launch sets them back to zero) and adds
-// the pairs of a token in a fixed slot order; the tiny batch adds them in a fixed warp order up to
-// kTinySumMaxTokens tokens (gemm2 and the sum in one launch), in pair order after. One runner,
-// called on routing A, then B, then A again, must match the reference each time and give A's bits
-// twice.
+// The decode plan keeps counters between launches (each launch sets them back to zero); it and the
+// tiny batch up to kTinySumMaxTokens tokens (gemm2 and the sum in one launch) add a token's pairs
+// in a fixed warp order, the tiny batch in pair order after. One runner, called on routing A, then
+// B, then A again, must match the reference each time and give A's bits twice.
 TEST_F(CudaFusedExperts, TinyBatchPlansRepeatExactlyThroughOneRunner) {
   const cuda::ExpertsPlan decode{cuda::GemmKernel::kDecode, 1, true};
   const cuda::ExpertsPlan tiny{cuda::GemmKernel::kStream, 1, true};
@@ -178,7 +176,7 @@ TEST_F(CudaFusedExperts, TinyBatchPlansRepeatExactlyThroughOneRunner) {
   for (const ExpertsCase& c : cases) {
     SCOPED_TRACE(c.describe());
     ExpertsInputs a = testing::make_inputs(c);
-    // Token 0 names its first expert twice (the decode plan gives the second pair a slot).
+    // Token 0 names its first expert twice: two pairs of one token on the same weights.
     if (c.top_k > 1) a.topk_ids.data<int32_t>()[1] = a.topk_ids.data<int32_t>()[0];
     ExpertsCase other = c;
     other.seed += 1000;
@@ -203,6 +201,35 @@ TEST_F(CudaFusedExperts, TinyBatchPlansRepeatExactlyThroughOneRunner) {
       const Tensor again = run(a);
       EXPECT_EQ(std::memcmp(first.data<uint16_t>(), again.data<uint16_t>(), first.nbytes()), 0)
           << "A twice differs";
+    }
+  }
+}
+
+// The decode plan runs the tiny batch's items in one launch, adding each output's terms in the
+// same order: up to kTinySumMaxTokens tokens (where the tiny batch also adds in warp order) the
+// two plans give the same bits, with repeated experts, k above the warp count, I past a multiple of
+// the warp's step, and an id out of range (which adds nothing on either).
+TEST_F(CudaFusedExperts, DecodePlanGivesTheTinyBatchBits) {
+  const std::vector<ExpertsCase> cases = {
+      bf16_case(1, 2048, 768, 16, 8, 320),  // Qwen3-30B-A3B's expert shape
+      bf16_case(2, 264, 104, 64, 4, 321),  bf16_case(1, 72, 40, 256, 16, 322),
+      bf16_case(2, 72, 40, 256, 16, 323),  bf16_case(2, 8, 8, 5, 5, 324),
+      bf16_case(1, 64, 2056, 16, 3, 325),
+  };
+  for (const ExpertsCase& c : cases) {
+    SCOPED_TRACE(c.describe());
+    ExpertsInputs in = testing::make_inputs(c);
+    int32_t* ids = in.topk_ids.data<int32_t>();
+    if (c.top_k > 1) ids[1] = ids[0];
+    const cuda::ExpertsPlan tiny{cuda::GemmKernel::kStream, 1, true};
+    const cuda::ExpertsPlan decode{cuda::GemmKernel::kDecode, 1, true};
+    const Tensor decoded = run_plan(in, decode);
+    expect_close(Tensor::copy_of(decoded, DType::kF32), testing::run_reference_f32(in), "decode");
+    for (const bool bad_id : {false, true}) {
+      if (bad_id) ids[c.top_k - 1] = 1000;
+      const Tensor want = run_plan(in, tiny), got = run_plan(in, decode);
+      EXPECT_EQ(std::memcmp(want.data<uint16_t>(), got.data<uint16_t>(), want.nbytes()), 0)
+          << (bad_id ? "with an id out of range" : "");
     }
   }
 }

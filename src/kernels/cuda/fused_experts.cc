@@ -80,10 +80,11 @@ ExpertsPlan default_plan(const ExpertsProblem& problem) {
     // Experts mostly see one pair: the stream kernel, a block per pair, no align. On the H200
     // it beat every other plan up to half a pair per expert (Qwen3-30B-A3B at 8 tokens 128.6-128.8
     // us, tma/64 155.8-156.7; DeepSeek-V3 at 16 tokens 2088-2090, tma_dynamic/64 2147-2152), the
-    // decode kernel's one launch included (Qwen3-30B-A3B at 1 and 2 tokens 29.2-29.5 and
-    // 47.7-48.0 us against 31.7-32.0 and 53.2-54.2). At one pair per expert DeepSeek-V3 (32
-    // tokens) lost (3697-3704 us, tma_dynamic/64 3238-3239) where Qwen3-30B-A3B (16 tokens) won
-    // (209.4-209.9, tma/64 218.4-219.1): the rule stops at half, the Qwen3 table goes on to 16.
+    // decode kernel's one launch included (Qwen3-30B-A3B at 1, 2 and 4 tokens 28.2-28.3,
+    // 46.0-46.1 and 83.9-84.0 us against 25.1-25.3, 43.6-43.8 and 74.0; decode_experts.cu).
+    // At one pair per expert DeepSeek-V3 (32 tokens) lost (3697-3704 us, tma_dynamic/64
+    // 3238-3239) where Qwen3-30B-A3B (16 tokens) won (209.4-209.9, tma/64 218.4-219.1): the rule
+    // stops at half, the Qwen3 table goes on to 16.
     return {GemmKernel::kStream, 1, true};
   }
   if (!rows_aligned) return {GemmKernel::kStream, kMaxStreamRows, false};
@@ -117,10 +118,9 @@ std::string why_plan_cannot_run(const ExpertsPlan& plan, const ExpertsProblem& p
       return fmt::format("the decode kernel runs tiny batches (block_m 1); got block_m {}{}",
                          plan.block_m, plan.tiny_batch ? "" : " without the tiny batch");
     }
-    if (problem.num_tokens > kDecodeMaxTokens || problem.num_pairs() > kDecodeMaxPairs) {
-      return fmt::format("the decode kernel takes at most {} tokens and {} pairs; got {} and {}",
-                         kDecodeMaxTokens, kDecodeMaxPairs, problem.num_tokens,
-                         problem.num_pairs());
+    if (problem.num_tokens > kDecodeMaxTokens) {
+      return fmt::format("the decode kernel takes at most {} tokens; got {}", kDecodeMaxTokens,
+                         problem.num_tokens);
     }
     if (problem.hidden_size % 8 != 0 || problem.intermediate_size % 8 != 0 ||
         !aligned16(problem.hidden) || !aligned16(problem.w13) || !aligned16(problem.w2)) {
@@ -192,7 +192,7 @@ void ExpertsRunner::run(const ExpertsProblem& problem, const ExpertsPlan& plan, 
   reserve(problem, plan);
 
   if (plan.kernel == GemmKernel::kDecode) {
-    run_decode(problem, plan, stream, times);
+    run_decode(problem, stream, times);
     return;
   }
 
@@ -293,8 +293,8 @@ void ExpertsRunner::run(const ExpertsProblem& problem, const ExpertsPlan& plan, 
   }
 }
 
-void ExpertsRunner::run_decode(const ExpertsProblem& problem, const ExpertsPlan& plan,
-                               cudaStream_t stream, StageTimes* times) {
+void ExpertsRunner::run_decode(const ExpertsProblem& problem, cudaStream_t stream,
+                               StageTimes* times) {
   auto* sync = static_cast<uint32_t*>(decode_sync_.data());
   if (!decode_sync_zeroed_) {
     // Launches leave the counters zero; only the fresh buffer needs it.
@@ -315,7 +315,6 @@ void ExpertsRunner::run_decode(const ExpertsProblem& problem, const ExpertsPlan&
   args.act = cache2_.data();
   args.sync = sync;
   args.out = problem.out;
-  args.max_multiprocessors = plan.max_multiprocessors;
   StageClock clock(times != nullptr);
   clock.mark(0, stream);
   decode_experts(args, stream);

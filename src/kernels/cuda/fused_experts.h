@@ -54,8 +54,7 @@ class ExpertsRunner {
 
  private:
   // The decode plan: one launch (decode_experts.h), act in cache2_, its counters in decode_sync_.
-  void run_decode(const ExpertsProblem& problem, const ExpertsPlan& plan, cudaStream_t stream,
-                  StageTimes* times);
+  void run_decode(const ExpertsProblem& problem, cudaStream_t stream, StageTimes* times);
 
   DeviceBuffer sorted_pair_ids_, expert_ids_, num_pairs_post_padded_, align_scratch_, cache2_,
       cache3_, tile_counter_, decode_sync_;

@@ -68,8 +68,8 @@ enum class GemmKernel : uint8_t {
   // kTma whose thread blocks take tiles in order from a counter as they finish the last, so those
   // that share a weight tile start it together however far apart their earlier tiles took them
   kTmaDynamic,
-  // Not a grouped GEMM: a tiny batch's whole call (gemm1, gemm2 and the sum) in one launch,
-  // reading each distinct expert's weights once (decode_experts.h)
+  // Not a grouped GEMM: a tiny batch's whole call (gemm1, gemm2 and the sum) in one launch
+  // (decode_experts.h)
   kDecode,
 };
 
