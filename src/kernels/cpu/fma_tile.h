@@ -109,12 +109,13 @@ class AheadLines {
 // out of general registers for the rows' offsets and reloaded them from the stack at every step
 // (the 12-row bf16 loop: 22 reloads, 134 instructions per k pair for its 48 multiply-adds), so
 // larger blocks read them through GroupedRows: four rows from each base, at base + {0, 1, 2}
-// strides or base + three strides, in five registers (about 100 instructions). Call by call on an
+// strides or base + three strides, in five registers (109 instructions). Call by call on an
 // AVX-512 Xeon, bf16 weights (docs/perf.md): 1.8-3.3% less time at 1024 tokens of Qwen3-30B-A3B in
 // four runs of five, 2.5-5.6% at 4096 in two of three, 1.3-2.5% at 256. The avx2 path's blocks of
 // at most 6 rows keep their offsets (grouped, its 6-row kernel was 2% slower at 1024 tokens).
 constexpr int kRowsByOffset = 8;
 
+// Up to kRowsByOffset rows: nothing to hold.
 template <int kRows, bool kUsed = (kRows > kRowsByOffset)>
 class GroupedRows {
  public:
