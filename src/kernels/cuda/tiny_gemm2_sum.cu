@@ -6,8 +6,9 @@
 // DeepSeek-V3 even at 1 and 2 tokens. Past that it lost (Qwen3-30B-A3B at 8 tokens 130.0 against
 // 127.5, DeepSeek-V3 at 4 tokens 604.2 against 598.7 and at 16 2133 against 2098): the runner takes
 // it up to kTinySumMaxTokens. Two columns per block, eight, or the K loop unrolled twice were no
-// faster at any size; nor was a programmatic launch that let its blocks start during gemm1's tail
-// (0.0-0.5 us less at 1 and 2 tokens, with or without its first weights loaded before the wait).
+// faster at any size. A programmatic launch that let its blocks start during gemm1's tail saved
+// 0.0-0.9 us at 1 and 2 tokens (up to 1.4% with its first weights loaded before the wait): not
+// kept.
 #include <cuda_bf16.h>
 
 #include "kernels/cuda/alignment.h"
