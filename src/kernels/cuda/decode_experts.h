@@ -1,6 +1,6 @@
 // The experts of a decode-size batch in one launch: gemm1 (+ SiLU-and-multiply), gemm2 (+ router
 // weight) and the sum, the tiny batch's two launches as items of one grid (decode_experts.cu says
-// how). Each output is the tiny batch's, bit for bit.
+// how). Up to kTinySumMaxTokens tokens each output is the tiny batch's, bit for bit.
 #pragma once
 
 #include <cuda_runtime_api.h>
