@@ -132,8 +132,15 @@ TEST_F(CudaFusedExperts, EveryPlanMatchesTheReference) {
   long_segment.routing = testing::Routing::kAllToOneExpert;
   ExpertsCase long_segments_skewed = bf16_case(1800, 64, 48, 10, 4, 16);
   long_segments_skewed.routing = testing::Routing::kSkewed;
+  // I large enough that tma_dynamic/128 copies gemm1's rows into block order first
+  // (fused_experts.cc, gather_input_first); H one 8-wide step past a multiple of 64; skewed, and
+  // with an expert map.
+  ExpertsCase rows_copied = bf16_case(300, 72, 2048, 12, 3, 17);
+  rows_copied.routing = testing::Routing::kSkewed;
+  ExpertsCase rows_copied_mapped = bf16_case(260, 72, 2056, 10, 4, 18);
+  rows_copied_mapped.expert_map = true;
   cases.insert(cases.end(), {skewed, one_expert, mapped, many_tiles, many_tiles_mapped,
-                             long_segment, long_segments_skewed});
+                             long_segment, long_segments_skewed, rows_copied, rows_copied_mapped});
   std::mt19937_64 rng(7);
   for (int i = 0; i < 12; ++i) {
     const int64_t E = 1 + rng() % 40;

@@ -8,6 +8,7 @@
 #include "kernels/cuda/alignment.h"
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/decode_experts.h"
+#include "kernels/cuda/gather_block_rows.h"
 #include "kernels/cuda/moe_sum.h"
 #include "kernels/cuda/tiny_gemm2_sum.h"
 #include "moe/align.h"
@@ -26,6 +27,21 @@ int64_t chunk_tokens(const ExpertsProblem& problem) {
 // padding (Qwen3-30B-A3B at 16 and 64 tokens) loading the whole box cost up to 1.6% (docs/cuda.md).
 bool rows_in_block_order(const ExpertsPlan& plan) {
   return plan.block_m == 128 && is_tma_kernel(plan.kernel);
+}
+
+// Whether gemm1's input rows are first copied into block order (gather_block_rows.h), so that its
+// producer loads each stage's rows as one TMA box as gemm2 does: tma_dynamic/128 with I of at least
+// kGatherMinIntermediate. The copy costs a pass over the pairs' rows (about 1 ms at DeepSeek-V3's
+// 16384 tokens); with it gemm1 ran 10-12% faster there, the layer 2-3% faster at 4096 tokens and
+// 4-6% at 16384.
+// gemm1 reads each row once per column tile (2I / 256 of them), so the larger I, the more the copy
+// pays: Qwen3-30B-A3B (I 768, tma/128) lost 2-7% with it at 1024 and 16384 tokens (0.5-3% faster at
+// 4096), and the static walks lost 2-4% at DeepSeek-V3's 4096 tokens (docs/cuda.md, "gemm1's rows
+// copied into block order").
+constexpr int64_t kGatherMinIntermediate = 2048;
+bool gather_input_first(const ExpertsPlan& plan, const ExpertsProblem& problem) {
+  return plan.kernel == GemmKernel::kTmaDynamic && plan.block_m == 128 &&
+         problem.intermediate_size >= kGatherMinIntermediate;
 }
 
 // Whether gemm2 and the sum of a chunk of `tokens` run as one launch (tiny_gemm2_sum.h): the
@@ -174,7 +190,9 @@ void ExpertsRunner::reserve(const ExpertsProblem& problem, const ExpertsPlan& pl
   if (plan.kernel == GemmKernel::kDecode) {
     decode_sync_.reserve(kDecodeSyncWords * sizeof(uint32_t));  // one size: allocated once
   } else if (!gemm2_with_sum(plan, chunk_tokens(problem))) {
-    cache3_.reserve(std::max<int64_t>(pairs * problem.hidden_size, 1) * 2);
+    // gather_input_first: gemm1's rows in block order live there until gemm2 overwrites them.
+    const int64_t cache3_rows = gather_input_first(plan, problem) ? std::max(pairs, padded) : pairs;
+    cache3_.reserve(std::max<int64_t>(cache3_rows * problem.hidden_size, 1) * 2);
   }
 }
 
@@ -240,6 +258,15 @@ void ExpertsRunner::run(const ExpertsProblem& problem, const ExpertsPlan& plan, 
 
     gemm.input = static_cast<const uint16_t*>(problem.hidden) + t0 * H;
     gemm.row_divisor = k;
+    if (gather_input_first(plan, problem)) {
+      // Timed as part of gemm1.
+      gather_block_rows({gemm.input, sorted, expert_ids, num_padded, max_blocks * plan.block_m,
+                         pairs, k, plan.block_m, local_experts, H, cache3_.data()},
+                        stream);
+      gemm.input = cache3_.data();
+      gemm.row_divisor = 1;
+      gemm.input_in_block_order = true;
+    }
     gemm.weights = problem.w13;
     gemm.weight_rows = 2 * I;
     gemm.k_dim = H;

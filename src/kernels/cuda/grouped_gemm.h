@@ -5,10 +5,11 @@
 //
 // Both walk the blocks of align_block_size: block b holds up to block_m pair ids of the one
 // expert expert_ids[b] (-1: not local, skipped). Input rows are read in place through the pair
-// id; nothing is gathered into a per-expert copy. The exception is cache2 of the 128-row tma
-// plans: gemm1 writes it in block order, so that gemm2 loads a block's rows as one TMA box (the
-// *_in_block_order flags below). Blocks past num_pairs_post_padded exit at once, so the grid is
-// sized once from the upper bound and no host synchronization is needed.
+// id; nothing is gathered into a per-expert copy. The exceptions are cache2 of the 128-row tma
+// plans, which gemm1 writes in block order so that gemm2 loads a block's rows as one TMA box (the
+// *_in_block_order flags below), and gemm1's input of tma_dynamic/128 at large I, copied into
+// block order for the same reason (gather_block_rows.h). Blocks past num_pairs_post_padded exit at
+// once, so the grid is sized once from the upper bound and no host synchronization is needed.
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -8,8 +8,10 @@
 //              swizzle); all 128 threads gather the block's input rows (hidden[p / k] or cache2[p],
 //              by pair id) with cp.async, and the stage's `full` mbarrier completes when both
 //              have landed. With input_in_block_order (gemm2 of the 128-row plans, whose gemm1
-//              wrote cache2 in block order) the block's rows are one more TMA box instead: on the
-//              H200 the gather cost more per byte than TMA (docs/cuda.md, "Rows in block order").
+//              wrote cache2 in block order; gemm1 of tma_dynamic/128 at large I, whose rows were
+//              copied into block order first) the block's rows are one more TMA box instead: on
+//              the H200 the gather cost more per byte than TMA (docs/cuda.md, "Rows in block
+//              order").
 //              The producer runs up to kStages stages ahead, across tiles.
 //   consumers  two warpgroups run wgmma on the stage, keep one MMA group in flight while the next
 //              stage lands, and free a stage (its `empty` mbarrier) once the group that read it
