@@ -32,12 +32,11 @@ bool rows_in_block_order(const ExpertsPlan& plan) {
 // Whether gemm1's input rows are first copied into block order (gather_block_rows.h), so that its
 // producer loads each stage's rows as one TMA box as gemm2 does: tma_dynamic/128 with I of at least
 // kGatherMinIntermediate. The copy costs a pass over the pairs' rows (about 1 ms at DeepSeek-V3's
-// 16384 tokens); with it gemm1 ran 10-12% faster there, the layer 2-3% faster at 4096 tokens and
-// 4-6% at 16384.
-// gemm1 reads each row once per column tile (2I / 256 of them), so the larger I, the more the copy
-// pays: Qwen3-30B-A3B (I 768, tma/128) lost 2-7% with it at 1024 and 16384 tokens (0.5-3% faster at
-// 4096), and the static walks lost 2-4% at DeepSeek-V3's 4096 tokens (docs/cuda.md, "gemm1's rows
-// copied into block order").
+// 16384 tokens); with it gemm1 ran 7-13% faster there, the layer 2-3% faster at 4096 tokens and
+// 4-6% at 16384. gemm1 reads each row once per column tile (2I / 256 of them), so the larger I,
+// the more the copy pays: Qwen3-30B-A3B (I 768, tma/128) lost 2-7% with it at 1024 and 16384 tokens
+// (0.5-3% faster at 4096), and the static walks lost 2-4% at DeepSeek-V3's 4096 tokens
+// (docs/cuda.md, "gemm1's rows copied into block order").
 constexpr int64_t kGatherMinIntermediate = 2048;
 bool gather_input_first(const ExpertsPlan& plan, const ExpertsProblem& problem) {
   return plan.kernel == GemmKernel::kTmaDynamic && plan.block_m == 128 &&
