@@ -15,6 +15,7 @@
 
 #include <benchmark/benchmark.h>
 
+#include "kernels/cpu/packed_gemm.h"
 #include "kernels/cpu/packed_weights.h"
 #include "kernels/cpu/tile_kernel.h"
 #include "moe/cpu_isa.h"
@@ -22,8 +23,6 @@
 #include "tools/moe/experts_sweep.h"
 
 namespace {
-
-constexpr int64_t kPairBlockBytes = 16 * 1024;
 
 // A weight or input value of `dtype` that keeps every sum a normal float (no denormal slow path).
 void fill(std::vector<uint8_t>& bytes, moe::DType dtype, float value) {
@@ -37,7 +36,7 @@ void tile_kernel(benchmark::State& state, moe::CpuIsa isa, moe::DType weight_dty
   const moe::cpu::ExpertKernels kernels = moe::cpu::expert_kernels(isa, weight_dtype);
   const moe::cpu::TileKernel& kernel = kernels.tile;
   const int64_t weight_bytes = static_cast<int64_t>(moe::dtype_size(weight_dtype));
-  const int64_t k = kPairBlockBytes / (moe::cpu::kPairWidth * weight_bytes);
+  const int64_t k = moe::cpu::kPairBlockBytes / (moe::cpu::kPairWidth * weight_bytes);
   const int64_t rows = kernel.max_rows;
   const int64_t padded_rows =
       (rows + kernel.row_multiple - 1) / kernel.row_multiple * kernel.row_multiple;

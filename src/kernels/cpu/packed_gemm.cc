@@ -15,10 +15,6 @@ namespace {
 
 constexpr int64_t kCacheLine = 64;
 constexpr int64_t kFloatsPerCacheLine = kCacheLine / sizeof(float);
-// Bytes of one k block of a panel pair: small enough that the block and the matching slice of a
-// block of input rows stay in a 32 KiB L1 while every row block of the chunk passes over it.
-constexpr int64_t kPairBlockBytes = 16 * 1024;
-
 int64_t round_up(int64_t value, int64_t multiple) {
   return (value + multiple - 1) / multiple * multiple;
 }

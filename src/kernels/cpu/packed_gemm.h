@@ -30,6 +30,10 @@
 
 namespace moe::cpu {
 
+// Bytes of one k block of a panel pair: small enough that the block and the matching slice of a
+// block of input rows stay in a 32 KiB L1 while every row block of the chunk passes over it.
+inline constexpr int64_t kPairBlockBytes = 16 * 1024;
+
 struct PackedGemmArgs {
   const void* a = nullptr;  // [*, layout.k] of a_dtype
   DType a_dtype = DType::kF32;
