@@ -1,15 +1,18 @@
 // align_block_size on the GPU as a counting sort over segments of the pairs:
 //   count    one warp per segment of consecutive pairs counts its pairs per expert into a row of
-//            `counts` [num_segments, E] (a warp-private row in shared memory, then stored).
+//            counts [num_segments, E] (a warp-private row in shared memory).
 //   scan     one thread block sums the rows per expert, pads each expert to block_m, scans the
 //            experts into offsets, rewrites every count as the position where that segment's
 //            pairs of that expert start, and writes expert_ids, the padding and the total.
 //   scatter  the count warps again, each walking its segment in pair order: lanes of one 32-pair
-//            step that share an expert (match.any) take consecutive slots after the segment's
-//            position for that expert, lower lanes first.
+//            step that share an expert (found by ballots) take consecutive slots after the
+//            segment's position for that expert, lower lanes first.
 // The layout is therefore stable (pairs of an expert in ascending pair order) and identical to
-// the CPU kernel's. Small batches run the three phases in one thread block and one launch; large
-// ones in three launches, the scan on one thread block over at most kMaxCounts counts.
+// the CPU kernel's. Small batches run the three phases in one thread block and one launch, a
+// segment per warp: the rows stay in shared memory and each lane keeps the ids it read in
+// registers for the scatter, so only the ids and the outputs cross global memory. Large batches
+// run three launches with the rows in the global scratch, the scan on one thread block over at
+// most kMaxCounts counts.
 //
 // Tested by tests/cuda/align_block_size_test.cc against the CPU kernel, entry for entry.
 #include <algorithm>
@@ -46,6 +49,15 @@ Segments segments_of(int64_t num_pairs, int64_t num_experts) {
   return {length, std::max<int64_t>(1, (num_pairs + length - 1) / length)};
 }
 
+// One segment per warp of the single block, each walked in at most kStepsInFlight steps.
+static_assert(kSingleBlockPairs <= int64_t{kScanThreads} * kStepsInFlight);
+Segments single_block_segments(int64_t num_pairs) {
+  constexpr int64_t kWarps = kScanThreads / kWarp;
+  int64_t length = (num_pairs + kWarps - 1) / kWarps;
+  length = std::max<int64_t>(kWarp, (length + kWarp - 1) / kWarp * kWarp);
+  return {length, std::max<int64_t>(1, (num_pairs + length - 1) / length)};
+}
+
 __device__ int32_t local_expert(const AlignArgs& a, int32_t expert) {
   if (a.expert_map == nullptr) return expert;
   const int32_t local = a.expert_map[expert];
@@ -59,94 +71,127 @@ __device__ __forceinline__ int32_t expert_of(const AlignArgs& a, int64_t p, int6
   return id >= 0 && id < a.num_experts ? id : -1;
 }
 
-// Calls step(experts, first_pair) for segment s in order, 32 pairs at a time (lane i holds the
-// expert of pair first_pair + i), the ids of kStepsInFlight steps loaded at once.
+// The experts of kStepsInFlight 32-pair steps from pair `first` on (lane i of step j holds pair
+// first + 32 j + i), all loads issued before any is used.
+__device__ __forceinline__ void load_steps(const AlignArgs& a, int64_t first, int64_t end,
+                                           int32_t (&experts)[kStepsInFlight]) {
+  const int lane = threadIdx.x % kWarp;
+#pragma unroll
+  for (int i = 0; i < kStepsInFlight; ++i) experts[i] = expert_of(a, first + i * kWarp + lane, end);
+}
+
+// Calls step(expert, first_pair) for segment s in order, a 32-pair step at a time.
 template <typename Step>
 __device__ __forceinline__ void walk_segment(const AlignArgs& a, Segments seg, int64_t s,
                                              Step&& step) {
-  const int lane = threadIdx.x % kWarp;
   const int64_t begin = s * seg.pairs_per_segment;
   const int64_t end = std::min(a.num_pairs, begin + seg.pairs_per_segment);
   for (int64_t first = begin; first < end; first += kWarp * kStepsInFlight) {
     int32_t experts[kStepsInFlight];
-#pragma unroll
-    for (int i = 0; i < kStepsInFlight; ++i) {
-      experts[i] = expert_of(a, first + i * kWarp + lane, end);
-    }
+    load_steps(a, first, end, experts);
 #pragma unroll
     for (int i = 0; i < kStepsInFlight; ++i) step(experts[i], first + i * kWarp);
   }
 }
 
-// ---- count: row s of `counts` = pairs of segment s per expert ----
-__device__ void count_segment(const AlignArgs& a, Segments seg, int64_t s, int32_t* row) {
-  const int lane = threadIdx.x % kWarp;
-  for (int64_t e = lane; e < a.num_experts; e += kWarp) row[e] = 0;
-  __syncwarp();
-  walk_segment(a, seg, s, [&](int32_t expert, int64_t) {
-    if (expert >= 0) atomicAdd(&row[expert], 1);
-  });
-  __syncwarp();
-  int32_t* counts = a.scratch + s * a.num_experts;
-  for (int64_t e = lane; e < a.num_experts; e += kWarp) counts[e] = row[e];
+__device__ __forceinline__ void zero_row(int32_t* row, int64_t num_experts) {
+  for (int64_t e = threadIdx.x % kWarp; e < num_experts; e += kWarp) row[e] = 0;
   __syncwarp();
 }
 
-// ---- scatter: each pair of segment s to its expert's next slot of this segment ----
-__device__ void scatter_segment(const AlignArgs& a, Segments seg, int64_t s, int32_t* row) {
+__device__ __forceinline__ void count_step(int32_t* row, int32_t expert) {
+  if (expert >= 0) atomicAdd(&row[expert], 1);
+}
+
+// The lanes whose expert equals this lane's (meaningless for -1, which takes no slot): a ballot
+// per bit of the id. __match_any_sync does it in one instruction, which the H200 runs slower:
+// clock stamps in the single block at 8192 pairs over 128 experts put a 32-pair step of all 32
+// warps at about 1900 cycles with it, 1200 with the ballots.
+__device__ __forceinline__ uint32_t peers_of(int32_t expert, int64_t num_experts) {
+  const int id_bits = 32 - __clz(static_cast<int>(num_experts) - 1);
+  uint32_t peers = __ballot_sync(0xffffffff, expert >= 0);
+  for (int b = 0; b < id_bits; ++b) {
+    const bool set = (expert >> b) & 1;
+    const uint32_t lanes_set = __ballot_sync(0xffffffff, set);
+    peers &= set ? lanes_set : ~lanes_set;
+  }
+  return peers;
+}
+
+// The step's pairs to their experts' next slots of this segment (row[e]: the next slot of e).
+// Every lane of the warp calls it (pairs without a slot as -1): the ballots take the full mask.
+__device__ __forceinline__ void scatter_step(const AlignArgs& a, int32_t* row, int32_t expert,
+                                             int64_t first_pair) {
   const int lane = threadIdx.x % kWarp;
-  const int32_t* starts = a.scratch + s * a.num_experts;
-  for (int64_t e = lane; e < a.num_experts; e += kWarp) row[e] = starts[e];
-  __syncwarp();
   const uint32_t lanes_below = (1u << lane) - 1;
+  const uint32_t peers = peers_of(expert, a.num_experts);
+  if (expert >= 0) {
+    a.sorted_pair_ids[row[expert] + __popc(peers & lanes_below)] =
+        static_cast<int32_t>(first_pair + lane);
+  }
+  __syncwarp();  // every peer has read row[expert] before the lowest one moves it on
+  if (expert >= 0 && (peers & lanes_below) == 0) row[expert] += __popc(peers);
+  __syncwarp();
+}
+
+// ---- count (three-launch path): row s of the scratch = pairs of segment s per expert ----
+__device__ void count_segment(const AlignArgs& a, Segments seg, int64_t s, int32_t* row) {
+  zero_row(row, a.num_experts);
+  walk_segment(a, seg, s, [&](int32_t expert, int64_t) { count_step(row, expert); });
+  __syncwarp();
+  int32_t* counts = a.scratch + s * a.num_experts;
+  for (int64_t e = threadIdx.x % kWarp; e < a.num_experts; e += kWarp) counts[e] = row[e];
+}
+
+// ---- scatter (three-launch path): segment s from the start positions the scan left ----
+__device__ void scatter_segment(const AlignArgs& a, Segments seg, int64_t s, int32_t* row) {
+  const int32_t* starts = a.scratch + s * a.num_experts;
+  for (int64_t e = threadIdx.x % kWarp; e < a.num_experts; e += kWarp) row[e] = starts[e];
+  __syncwarp();
   walk_segment(a, seg, s, [&](int32_t expert, int64_t first_pair) {
-    // NOTE: every lane takes part in the match (pairs without a slot as -1), so the mask is full.
-    const uint32_t peers = __match_any_sync(0xffffffff, expert);
-    if (expert >= 0) {
-      a.sorted_pair_ids[row[expert] + __popc(peers & lanes_below)] =
-          static_cast<int32_t>(first_pair + lane);
-    }
-    __syncwarp();  // every peer has read row[expert] before the lowest one moves it on
-    if (expert >= 0 && (peers & lanes_below) == 0) row[expert] += __popc(peers);
-    __syncwarp();
+    scatter_step(a, row, expert, first_pair);
   });
 }
 
 // ---- scan: offsets per expert, start positions per (segment, expert), expert_ids, padding ----
-// `shared`: offsets [E + 1], counts [E], slice sums [groups, E] (groups = max(1, threads / E)).
-__device__ void scan_counts(const AlignArgs& a, Segments seg, int32_t* shared) {
-  const int64_t E = a.num_experts, block_m = a.block_m;
+// `table` [segments, E]: the counts on entry, the start positions on return (global scratch or
+// shared memory). `shared`: offsets [E + 1], counts [E], slice sums [groups, E] (groups =
+// max(1, threads / E)). 32-bit arithmetic throughout (E <= 8192, positions fit the int32 output):
+// every instruction here runs on all 32 warps of the block, and 64-bit division is a long
+// routine.
+__device__ void scan_counts(const AlignArgs& a, Segments seg, int32_t* table, int32_t* shared) {
+  const int E = static_cast<int>(a.num_experts), block_m = static_cast<int>(a.block_m);
+  const int segments = static_cast<int>(seg.count);
   const int threads = blockDim.x, t = threadIdx.x;
   int32_t* offsets = shared;          // [E + 1]
   int32_t* counts = offsets + E + 1;  // [E]
   int32_t* slice_sums = counts + E;   // [groups, E]
   // Thread (group g, expert e) owns the segments of slice g; experts past the threads loop.
-  const int64_t groups = std::max<int64_t>(1, threads / E);
-  const int64_t per_slice = (seg.count + groups - 1) / groups;
-  for (int64_t i = t; i < groups * E; i += threads) {
-    const int64_t g = i / E, e = i % E;
-    const int64_t end = std::min(seg.count, (g + 1) * per_slice);
+  const int groups = max(1, threads / E);
+  const int per_slice = (segments + groups - 1) / groups;
+  for (int i = t; i < groups * E; i += threads) {
+    const int g = i / E, e = i - g * E;
+    const int end = min(segments, (g + 1) * per_slice);
     int32_t sum = 0;
 #pragma unroll 8
-    for (int64_t s = g * per_slice; s < end; ++s) sum += a.scratch[s * E + e];
+    for (int s = g * per_slice; s < end; ++s) sum += table[s * E + e];
     slice_sums[i] = sum;
   }
   __syncthreads();
-  for (int64_t e = t; e < E; e += threads) {
+  for (int e = t; e < E; e += threads) {
     int32_t sum = 0;
-    for (int64_t g = 0; g < groups; ++g) sum += slice_sums[g * E + e];
+    for (int g = 0; g < groups; ++g) sum += slice_sums[g * E + e];
     counts[e] = sum;
   }
   __syncthreads();
 
   // Exclusive scan of the padded counts: each thread a run of experts, then a scan of the runs.
   __shared__ int32_t warp_sums[kScanThreads / kWarp];
-  const int64_t run = (E + threads - 1) / threads;
-  const int64_t run_begin = std::min(E, t * run), run_end = std::min(E, run_begin + run);
+  const auto padded = [&](int e) { return (counts[e] + block_m - 1) / block_m * block_m; };
+  const int run = (E + threads - 1) / threads;
+  const int run_begin = min(E, t * run), run_end = min(E, run_begin + run);
   int32_t run_sum = 0;
-  for (int64_t e = run_begin; e < run_end; ++e) {
-    run_sum += static_cast<int32_t>((counts[e] + block_m - 1) / block_m * block_m);
-  }
+  for (int e = run_begin; e < run_end; ++e) run_sum += padded(e);
   const int lane = t % kWarp, warp = t / kWarp;
   int32_t inclusive = run_sum;
   for (int offset = 1; offset < kWarp; offset *= 2) {
@@ -155,11 +200,15 @@ __device__ void scan_counts(const AlignArgs& a, Segments seg, int32_t* shared) {
   }
   if (lane == kWarp - 1) warp_sums[warp] = inclusive;
   __syncthreads();
-  int32_t before = inclusive - run_sum;
-  for (int w = 0; w < warp; ++w) before += warp_sums[w];
-  for (int64_t e = run_begin; e < run_end; ++e) {
+  // The runs of the warps below: lane w holds warp w's sum, a shuffle reduction adds them.
+  int32_t below = lane < warp ? warp_sums[lane] : 0;
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) {
+    below += __shfl_xor_sync(0xffffffff, below, offset);
+  }
+  int32_t before = below + inclusive - run_sum;
+  for (int e = run_begin; e < run_end; ++e) {
     offsets[e] = before;
-    before += static_cast<int32_t>((counts[e] + block_m - 1) / block_m * block_m);
+    before += padded(e);
   }
   if (t == threads - 1) {
     offsets[E] = before;
@@ -168,36 +217,35 @@ __device__ void scan_counts(const AlignArgs& a, Segments seg, int32_t* shared) {
   __syncthreads();
 
   // Counts become start positions: expert offset + pairs of that expert in earlier segments.
-  for (int64_t i = t; i < groups * E; i += threads) {
-    const int64_t g = i / E, e = i % E;
+  for (int i = t; i < groups * E; i += threads) {
+    const int g = i / E, e = i - g * E;
     int32_t position = offsets[e];
-    for (int64_t h = 0; h < g; ++h) position += slice_sums[h * E + e];
-    const int64_t end = std::min(seg.count, (g + 1) * per_slice);
+    for (int h = 0; h < g; ++h) position += slice_sums[h * E + e];
+    const int end = min(segments, (g + 1) * per_slice);
 #pragma unroll 8
-    for (int64_t s = g * per_slice; s < end; ++s) {
-      const int32_t count = a.scratch[s * E + e];
-      a.scratch[s * E + e] = position;
+    for (int s = g * per_slice; s < end; ++s) {
+      const int32_t count = table[s * E + e];
+      table[s * E + e] = position;
       position += count;
     }
   }
-
   // Block b belongs to the last expert whose offset is at most b * block_m.
-  const int64_t num_blocks = offsets[E] / block_m;
-  for (int64_t b = t; b < num_blocks; b += threads) {
-    int64_t low = 0, high = E;  // offsets[low] <= b * block_m < offsets[high]
+  const int num_blocks = offsets[E] / block_m;
+  for (int b = t; b < num_blocks; b += threads) {
+    int low = 0, high = E;  // offsets[low] <= b * block_m < offsets[high]
     while (high - low > 1) {
-      const int64_t middle = (low + high) / 2;
+      const int middle = (low + high) / 2;
       (offsets[middle] <= b * block_m ? low : high) = middle;
     }
-    a.expert_ids[b] = local_expert(a, static_cast<int32_t>(low));
+    a.expert_ids[b] = local_expert(a, low);
   }
   // The padding of an expert, pair id num_pairs, fills the end of its last block. A warp per
   // expert, so that lanes store consecutive slots. A thread per last block, each storing its own
   // run, made every store instruction touch up to 32 sectors (Nsight Compute: 76% of the kernel's
   // sectors excess); on the H200 this took the single-block kernel's stage from 22-25 to 16-19 us
   // at 2048 pairs over 128 experts (docs/perf.md).
-  for (int64_t e = warp; e < E; e += threads / kWarp) {
-    for (int64_t i = offsets[e] + counts[e] + lane; i < offsets[e + 1]; i += kWarp) {
+  for (int e = warp; e < E; e += threads / kWarp) {
+    for (int i = offsets[e] + counts[e] + lane; i < offsets[e + 1]; i += kWarp) {
       a.sorted_pair_ids[i] = static_cast<int32_t>(a.num_pairs);
     }
   }
@@ -222,7 +270,7 @@ __global__ void count_kernel(AlignArgs a, Segments seg) {
 
 __global__ void __launch_bounds__(kScanThreads) scan_kernel(AlignArgs a, Segments seg) {
   extern __shared__ int32_t shared[];
-  scan_counts(a, seg, shared);
+  scan_counts(a, seg, a.scratch, shared);
 }
 
 __global__ void scatter_kernel(AlignArgs a, Segments seg) {
@@ -232,18 +280,27 @@ __global__ void scatter_kernel(AlignArgs a, Segments seg) {
   if (s < seg.count) scatter_segment(a, seg, s, rows + warp * a.num_experts);
 }
 
-// All three phases in one thread block. Global writes of one phase are visible to the block's
-// threads after __syncthreads.
+// All three phases in one thread block, segment w on warp w: its counts and then start positions
+// in row w of shared memory, each lane's ids in registers from the count to the scatter.
 __global__ void __launch_bounds__(kScanThreads) single_block_kernel(AlignArgs a, Segments seg) {
   extern __shared__ int32_t shared[];
   const int warp = threadIdx.x / kWarp;
   const int warps = blockDim.x / kWarp;
-  int32_t* row = shared + warp * a.num_experts;  // [warps, E], then the scan's arrays
-  for (int64_t s = warp; s < seg.count; s += warps) count_segment(a, seg, s, row);
+  const int64_t E = a.num_experts;
+  int32_t* rows = shared;  // [warps, E], then the scan's arrays
+  int32_t* row = rows + warp * E;
+  const int64_t first = warp * seg.pairs_per_segment;
+  const int64_t end = std::min(a.num_pairs, first + seg.pairs_per_segment);
+  int32_t experts[kStepsInFlight];
+  load_steps(a, first, end, experts);
+  zero_row(row, E);
+#pragma unroll
+  for (int i = 0; i < kStepsInFlight; ++i) count_step(row, experts[i]);
   __syncthreads();
-  scan_counts(a, seg, shared + warps * a.num_experts);
+  scan_counts(a, seg, rows, rows + warps * E);
   __syncthreads();
-  for (int64_t s = warp; s < seg.count; s += warps) scatter_segment(a, seg, s, row);
+#pragma unroll
+  for (int i = 0; i < kStepsInFlight; ++i) scatter_step(a, row, experts[i], first + i * kWarp);
 }
 
 __global__ void tiny_kernel(AlignArgs a) {
@@ -255,12 +312,17 @@ __global__ void tiny_kernel(AlignArgs a) {
   a.expert_ids[p] = (id >= 0 && id < a.num_experts) ? local_expert(a, id) : -1;
 }
 
+// Whether the pairs are sorted by single_block_kernel, which needs no scratch.
+bool fits_one_block(int64_t num_pairs, int64_t num_experts) {
+  return num_pairs <= kSingleBlockPairs && num_experts <= kSingleBlockExperts;
+}
+
 }  // namespace
 
 // An upper bound of the segments of any batch up to num_pairs (the count itself is not monotonic
 // in num_pairs), so a workspace reserved for a long batch also serves a shorter last chunk.
 size_t align_scratch_bytes(int64_t num_pairs, int64_t num_experts) {
-  if (num_experts <= 0) return 0;
+  if (num_experts <= 0 || fits_one_block(num_pairs, num_experts)) return 0;
   const int64_t most = std::clamp<int64_t>(kMaxCounts / num_experts, 1, kMaxSegments);
   const int64_t segments =
       std::clamp<int64_t>((num_pairs + kMinSegmentPairs - 1) / kMinSegmentPairs, 1, most);
@@ -268,19 +330,20 @@ size_t align_scratch_bytes(int64_t num_pairs, int64_t num_experts) {
 }
 
 void align_block_size(const AlignArgs& args, cudaStream_t stream) {
-  const Segments seg = segments_of(args.num_pairs, args.num_experts);
   const int64_t E = args.num_experts;
-  if (args.num_pairs <= kSingleBlockPairs && E <= kSingleBlockExperts) {
+  if (fits_one_block(args.num_pairs, E)) {
     const size_t bytes = static_cast<size_t>(kScanThreads / kWarp * E) * sizeof(int32_t) +
                          scan_shared_bytes(E, kScanThreads);
     allow_shared_bytes<single_block_kernel>(
         static_cast<size_t>(kRowInts) * sizeof(int32_t) +
             scan_shared_bytes(kSingleBlockExperts, kScanThreads),
         "cudaFuncSetAttribute(align single_block_kernel)");
-    single_block_kernel<<<1, kScanThreads, bytes, stream>>>(args, seg);
+    single_block_kernel<<<1, kScanThreads, bytes, stream>>>(args,
+                                                            single_block_segments(args.num_pairs));
     check_launch("align_block_size");
     return;
   }
+  const Segments seg = segments_of(args.num_pairs, E);
   const int rows = rows_per_block(E);
   const auto blocks = static_cast<unsigned>((seg.count + rows - 1) / rows);
   const size_t row_bytes = static_cast<size_t>(rows * E) * sizeof(int32_t);

@@ -19,11 +19,11 @@ struct AlignArgs {
   int32_t* sorted_pair_ids = nullptr;        // [max_num_pairs_post_padded]
   int32_t* expert_ids = nullptr;             // [max_num_pairs_post_padded / block_m]
   int32_t* num_pairs_post_padded = nullptr;  // [1]
-  int32_t* scratch = nullptr;  // [align_scratch_bytes / 4]: per-segment counts (not tiny batch)
+  int32_t* scratch = nullptr;  // [align_scratch_bytes / 4]: per-segment counts (three launches)
 };
 
-// Device scratch align_block_size needs for num_pairs pairs over num_experts experts: at most
-// 512 KiB, whatever the sizes.
+// Device scratch align_block_size needs for num_pairs pairs over num_experts experts: none up to
+// 8192 pairs and 256 experts (one launch), at most 512 KiB whatever the sizes.
 size_t align_scratch_bytes(int64_t num_pairs, int64_t num_experts);
 
 // The sorted layout: pair ids grouped by expert, ascending inside each group (stable), each group
