@@ -31,6 +31,7 @@ constexpr int64_t kMaxSegments = 256;
 constexpr int64_t kMaxCounts = int64_t{1} << 17;  // segments x experts the scan reads twice
 constexpr int kRowInts = 8192;                    // shared ints of count/scatter rows per block
 constexpr int kStepsInFlight = 8;                 // id loads a lane issues before using them
+constexpr int kSingleBlockSteps = 4;              // steps a warp of the single block walks
 // One launch does it all while the pairs fit a few steps per warp and every warp gets a row.
 constexpr int64_t kSingleBlockPairs = 8192;
 constexpr int64_t kSingleBlockExperts = kRowInts / (kScanThreads / kWarp);
@@ -49,13 +50,26 @@ Segments segments_of(int64_t num_pairs, int64_t num_experts) {
   return {length, std::max<int64_t>(1, (num_pairs + length - 1) / length)};
 }
 
-// One segment per warp of the single block, each walked in at most kStepsInFlight steps.
+// The single block: one warp per segment of kSingleBlockSteps 32-pair steps (up to kStepsInFlight
+// once it has kScanThreads), and at least a thread per expert for the scan. Every instruction of
+// the block runs on each of its warps, so warps without pairs to walk only cost issue slots.
+struct SingleBlock {
+  int threads;
+  Segments seg;
+};
+
 static_assert(kSingleBlockPairs <= int64_t{kScanThreads} * kStepsInFlight);
-Segments single_block_segments(int64_t num_pairs) {
-  constexpr int64_t kWarps = kScanThreads / kWarp;
-  int64_t length = (num_pairs + kWarps - 1) / kWarps;
+static_assert(kSingleBlockSteps <= kStepsInFlight);
+SingleBlock single_block_for(int64_t num_pairs, int64_t num_experts) {
+  constexpr int64_t kMaxWarps = kScanThreads / kWarp;
+  const int64_t for_pairs =
+      (num_pairs + kWarp * kSingleBlockSteps - 1) / (kWarp * kSingleBlockSteps);
+  const int64_t for_experts = (num_experts + kWarp - 1) / kWarp;
+  const int64_t warps = std::clamp<int64_t>(std::max(for_pairs, for_experts), 1, kMaxWarps);
+  int64_t length = (num_pairs + warps - 1) / warps;
   length = std::max<int64_t>(kWarp, (length + kWarp - 1) / kWarp * kWarp);
-  return {length, std::max<int64_t>(1, (num_pairs + length - 1) / length)};
+  return {static_cast<int>(warps * kWarp),
+          {length, std::max<int64_t>(1, (num_pairs + length - 1) / length)}};
 }
 
 __device__ int32_t local_expert(const AlignArgs& a, int32_t expert) {
@@ -90,7 +104,9 @@ __device__ __forceinline__ void walk_segment(const AlignArgs& a, Segments seg, i
     int32_t experts[kStepsInFlight];
     load_steps(a, first, end, experts);
 #pragma unroll
-    for (int i = 0; i < kStepsInFlight; ++i) step(experts[i], first + i * kWarp);
+    for (int i = 0; i < kStepsInFlight; ++i) {
+      if (first + i * kWarp < end) step(experts[i], first + i * kWarp);  // warp-uniform
+    }
   }
 }
 
@@ -291,6 +307,7 @@ __global__ void __launch_bounds__(kScanThreads) single_block_kernel(AlignArgs a,
   int32_t* row = rows + warp * E;
   const int64_t first = warp * seg.pairs_per_segment;
   const int64_t end = std::min(a.num_pairs, first + seg.pairs_per_segment);
+  const int64_t steps = std::max<int64_t>(0, (end - first + kWarp - 1) / kWarp);  // warp-uniform
   int32_t experts[kStepsInFlight];
   load_steps(a, first, end, experts);
   zero_row(row, E);
@@ -300,7 +317,9 @@ __global__ void __launch_bounds__(kScanThreads) single_block_kernel(AlignArgs a,
   scan_counts(a, seg, rows, rows + warps * E);
   __syncthreads();
 #pragma unroll
-  for (int i = 0; i < kStepsInFlight; ++i) scatter_step(a, row, experts[i], first + i * kWarp);
+  for (int i = 0; i < kStepsInFlight; ++i) {
+    if (i < steps) scatter_step(a, row, experts[i], first + i * kWarp);
+  }
 }
 
 __global__ void tiny_kernel(AlignArgs a) {
@@ -332,14 +351,14 @@ size_t align_scratch_bytes(int64_t num_pairs, int64_t num_experts) {
 void align_block_size(const AlignArgs& args, cudaStream_t stream) {
   const int64_t E = args.num_experts;
   if (fits_one_block(args.num_pairs, E)) {
-    const size_t bytes = static_cast<size_t>(kScanThreads / kWarp * E) * sizeof(int32_t) +
-                         scan_shared_bytes(E, kScanThreads);
+    const SingleBlock block = single_block_for(args.num_pairs, E);
+    const size_t bytes = static_cast<size_t>(block.threads / kWarp * E) * sizeof(int32_t) +
+                         scan_shared_bytes(E, block.threads);
     allow_shared_bytes<single_block_kernel>(
         static_cast<size_t>(kRowInts) * sizeof(int32_t) +
             scan_shared_bytes(kSingleBlockExperts, kScanThreads),
         "cudaFuncSetAttribute(align single_block_kernel)");
-    single_block_kernel<<<1, kScanThreads, bytes, stream>>>(args,
-                                                            single_block_segments(args.num_pairs));
+    single_block_kernel<<<1, block.threads, bytes, stream>>>(args, block.seg);
     check_launch("align_block_size");
     return;
   }
