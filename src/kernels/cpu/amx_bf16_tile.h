@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/cpu/ahead_lines.h"
 #include "kernels/cpu/epilogue_rows.h"
 #include "kernels/cpu/tile_kernel.h"
 
@@ -84,18 +85,9 @@ void amx_pair(const TileArgs& t) {
       Tiles::template zero<3>();
     }
   }
-  // The later block's lines (TileArgs::ahead), spread evenly over this call's k steps.
-  const char* ahead0 = static_cast<const char*>(t.ahead0);
-  const char* ahead1 = static_cast<const char*>(t.ahead1);
-  const int64_t steps = (t.k_end - t.k_begin) / kTileK;
-  const int64_t ahead_per_step = steps > 0 ? (t.ahead_bytes / 64 + steps - 1) / steps * 64 : 0;
-  int64_t ahead_offset = 0;
+  AheadLines<true> ahead(t, kTileK);
   for (int64_t k0 = t.k_begin; k0 < t.k_end; k0 += kTileK) {
-    const int64_t step_end = ahead_offset + ahead_per_step;
-    for (; ahead_offset < step_end && ahead_offset < t.ahead_bytes; ahead_offset += 64) {
-      __builtin_prefetch(ahead0 + ahead_offset, 0, 2);
-      __builtin_prefetch(ahead1 + ahead_offset, 0, 2);
-    }
+    ahead.step();
     // 32 k values are 16 k pairs: 16 rows of 64 bytes of each panel.
     const int64_t b_offset = k0 / 2 * kTileRowBytes;
     for (int64_t line = 0; t.prefetch && line < kTileRows * kTileRowBytes; line += 64) {

@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/cpu/ahead_lines.h"
 #include "kernels/cpu/tile_kernel.h"
 
 namespace moe::cpu {
@@ -73,37 +74,6 @@ void store_accumulators(
     }
   }
 }
-
-// TileArgs::ahead, a later block's lines, spread evenly over a call's steps along k (of
-// `k_per_step` k each): each step asks for its share, so memory keeps streaming the next block
-// while this one computes. Nothing at all unless kEnabled (the shape's kSpreadsPrefetch).
-template <bool kEnabled>
-class AheadLines {
- public:
-  AheadLines(const TileArgs& t, int64_t k_per_step) {
-    if constexpr (kEnabled) {
-      const int64_t steps = (t.k_end - t.k_begin) / k_per_step;
-      panel0_ = static_cast<const char*>(t.ahead0);
-      panel1_ = static_cast<const char*>(t.ahead1);
-      bytes_ = t.ahead_bytes;
-      per_step_ = steps > 0 ? (t.ahead_bytes / 64 + steps - 1) / steps * 64 : 0;
-    }
-  }
-  void step() {
-    if constexpr (kEnabled) {
-      const int64_t end = offset_ + per_step_ < bytes_ ? offset_ + per_step_ : bytes_;
-      for (; offset_ < end; offset_ += 64) {
-        __builtin_prefetch(panel0_ + offset_, 0, 2);
-        __builtin_prefetch(panel1_ + offset_, 0, 2);
-      }
-    }
-  }
-
- private:
-  const char* panel0_ = nullptr;
-  const char* panel1_ = nullptr;
-  int64_t bytes_ = 0, per_step_ = 0, offset_ = 0;
-};
 
 // Up to kRowsByOffset rows, a kernel reads row r's inputs at a[r * a_stride + k]. Beyond, GCC ran
 // out of general registers for the rows' offsets and reloaded them from the stack at every step
