@@ -173,8 +173,7 @@ __device__ void scatter_segment(const AlignArgs& a, Segments seg, int64_t s, int
 // `table` [segments, E]: the counts on entry, the start positions on return (global scratch or
 // shared memory). `shared`: offsets [E + 1], counts [E], slice sums [groups, E] (groups =
 // max(1, threads / E)). 32-bit arithmetic throughout (E <= 8192, positions fit the int32 output):
-// every instruction here runs on all 32 warps of the block, and 64-bit division is a long
-// routine.
+// every instruction here runs on each warp of the block, and 64-bit division is a long routine.
 __device__ void scan_counts(const AlignArgs& a, Segments seg, int32_t* table, int32_t* shared) {
   const int E = static_cast<int>(a.num_experts), block_m = static_cast<int>(a.block_m);
   const int segments = static_cast<int>(seg.count);
@@ -245,6 +244,7 @@ __device__ void scan_counts(const AlignArgs& a, Segments seg, int32_t* table, in
       position += count;
     }
   }
+
   // Block b belongs to the last expert whose offset is at most b * block_m.
   const int num_blocks = offsets[E] / block_m;
   for (int b = t; b < num_blocks; b += threads) {
