@@ -1,12 +1,13 @@
 // The innermost CPU kernel of each instruction-set path (kernels/cpu/tile_kernel.h) on its own:
-// one thread, a full block of rows times one panel pair over one k block, with the weights and
-// the inputs hot in L1, called over and over. What the layer adds (streaming the weights from
+// one thread, a block of rows (the path's full block, and shorter ones as the remainders of a
+// chunk get) times one panel pair over one k block, with the weights and the inputs hot in L1,
+// called over and over. What the layer adds (streaming the weights from
 // memory, gathers, epilogues, the work split) is left out, so the counters show how close the
 // arithmetic itself comes to the path's measured peak, steadily enough to compare kernel variants
 // on a shared host. The k block is the layer's: 16 KiB of a pair (256 k of bf16 or f16, 128 of
 // f32); the amx kernel, which the layer gives the whole of k, gets the same 256 here.
 //
-// Run: build/release/bench/moe_bench_tile_kernels [--benchmark_filter=avx512]
+// Run: build/release/bench/moe_bench_tile_kernels [--benchmark_filter=avx512/bf16/12]
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -37,7 +38,7 @@ void tile_kernel(benchmark::State& state, moe::CpuIsa isa, moe::DType weight_dty
   const moe::cpu::TileKernel& kernel = kernels.tile;
   const int64_t weight_bytes = static_cast<int64_t>(moe::dtype_size(weight_dtype));
   const int64_t k = moe::cpu::kPairBlockBytes / (moe::cpu::kPairWidth * weight_bytes);
-  const int64_t rows = kernel.max_rows;
+  const int64_t rows = state.range(0);
   const int64_t padded_rows =
       (rows + kernel.row_multiple - 1) / kernel.row_multiple * kernel.row_multiple;
   const int64_t a_stride = k + 64;  // as the driver's row buffer: a spare cache line or more
@@ -79,7 +80,9 @@ void tile_kernel(benchmark::State& state, moe::CpuIsa isa, moe::DType weight_dty
                  " rows x 32 x " + std::to_string(k) + " k");
 }
 
-// One case per supported path and weight dtype its kernels take (the bf16-input paths: bf16).
+// One case per supported path, weight dtype its kernels take (the bf16-input paths: bf16) and
+// block height: every height up to the path's full block, as the remainders of a chunk get them
+// (the amx path, whose blocks are padded to 16 rows: 1, 16 and 32).
 const bool registered = [] {
   for (moe::CpuIsa isa : moe::supported_cpu_isas()) {
     const bool bf16_only = isa == moe::CpuIsa::kAmx || isa == moe::CpuIsa::kAvx512Bf16;
@@ -87,7 +90,14 @@ const bool registered = [] {
       if (bf16_only && dtype != moe::DType::kBF16) continue;
       const std::string name = "TileKernel/" + std::string(moe::cpu_isa_name(isa)) + "/" +
                                std::string(moe::dtype_name(dtype));
-      benchmark::RegisterBenchmark(name.c_str(), tile_kernel, isa, dtype)->MinTime(0.5);
+      const moe::cpu::TileKernel kernel = moe::cpu::expert_kernels(isa, dtype).tile;
+      auto* bench = benchmark::RegisterBenchmark(name.c_str(), tile_kernel, isa, dtype);
+      bench->Arg(1);
+      for (int64_t rows = kernel.row_multiple > 1 ? kernel.row_multiple : 2;
+           rows <= kernel.max_rows; rows += kernel.row_multiple) {
+        bench->Arg(rows);
+      }
+      bench->MinTime(0.5);
     }
   }
   return true;
