@@ -3,6 +3,7 @@
 // each tile height, the tiny-batch path), over random shapes, skew, expert maps and M = 0, 1.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <random>
 
 #include "common/expect_error.h"
@@ -199,6 +200,44 @@ TEST_F(CudaFusedExperts, TinyBatchPlansRepeatExactlyThroughOneRunner) {
         ValidatedExperts v =
             validate_experts(d.hidden, d.w13, d.w2, d.topk_weights, d.topk_ids, d.out, d.options);
         EXPECT_EQ(cuda::why_plan_cannot_run(plan, v.problem), "");
+        runner.run(v.problem, plan, nullptr);
+        return d.out.to_host();
+      };
+      const Tensor first = run(a);
+      expect_close(Tensor::copy_of(first, DType::kF32), testing::run_reference_f32(a), "A");
+      expect_close(Tensor::copy_of(run(b), DType::kF32), testing::run_reference_f32(b), "B");
+      const Tensor again = run(a);
+      EXPECT_EQ(std::memcmp(first.data<uint16_t>(), again.data<uint16_t>(), first.nbytes()), 0)
+          << "A twice differs";
+    }
+  }
+}
+
+// tma_dynamic takes its tiles from a counter that each launch leaves zero for the next (no memset
+// runs before it): one runner on routing A, B, then A again, with more tiles than a GPU has
+// multiprocessors and a batch of two chunks, matches the reference each time and gives A's bits
+// twice.
+TEST_F(CudaFusedExperts, TileCounterPlansRepeatExactlyThroughOneRunner) {
+  if (!cuda::wgmma_available()) GTEST_SKIP() << "tma_dynamic needs an sm_90 GPU";
+  std::vector<ExpertsCase> cases = {bf16_case(1500, 264, 136, 24, 6, 330),
+                                    bf16_case(cuda::kChunkTokens + 7, 64, 40, 16, 2, 331)};
+  ExpertsCase skewed = bf16_case(700, 72, 2048, 12, 3, 332);  // gemm1's rows copied at /128
+  skewed.routing = testing::Routing::kSkewed;
+  cases.push_back(skewed);
+  for (const ExpertsCase& c : cases) {
+    SCOPED_TRACE(c.describe());
+    const ExpertsInputs a = testing::make_inputs(c);
+    ExpertsCase other = c;
+    other.seed += 1000;
+    const ExpertsInputs b = testing::make_inputs(other);
+    for (int64_t block_m : {64, 128}) {
+      const cuda::ExpertsPlan plan{cuda::GemmKernel::kTmaDynamic, block_m, false};
+      SCOPED_TRACE(cuda_plans::plan_name(plan));
+      cuda::ExpertsRunner runner;
+      auto run = [&](const ExpertsInputs& in) {
+        OnDevice d = to_device(in);
+        ValidatedExperts v =
+            validate_experts(d.hidden, d.w13, d.w2, d.topk_weights, d.topk_ids, d.out, d.options);
         runner.run(v.problem, plan, nullptr);
         return d.out.to_host();
       };

@@ -182,7 +182,7 @@ void ExpertsRunner::reserve(const ExpertsProblem& problem, const ExpertsPlan& pl
   sorted_pair_ids_.reserve(std::max<int64_t>(padded, 1) * sizeof(int32_t));
   expert_ids_.reserve(std::max<int64_t>(padded / plan.block_m, 1) * sizeof(int32_t));
   num_pairs_post_padded_.reserve(sizeof(int32_t));
-  tile_counter_.reserve(sizeof(int32_t));
+  tile_counter_.reserve(kTileCounterWords * sizeof(int32_t));  // one size: allocated once
   if (!plan.tiny_batch) align_scratch_.reserve(align_scratch_bytes(pairs, problem.num_experts));
   const int64_t cache2_rows = rows_in_block_order(plan) ? padded : pairs;
   cache2_.reserve(std::max<int64_t>(cache2_rows * problem.intermediate_size, 1) * 2);
@@ -207,6 +207,12 @@ void ExpertsRunner::run(const ExpertsProblem& problem, const ExpertsPlan& plan, 
   if (times) *times = StageTimes{};
   if (problem.num_tokens == 0) return;
   reserve(problem, plan);
+  if (!tile_counter_zeroed_) {
+    // tma_dynamic's launches leave the counters zero; only the fresh buffer needs it.
+    check(cudaMemsetAsync(tile_counter_.data(), 0, tile_counter_.capacity(), stream),
+          "cudaMemsetAsync(tile counter)");
+    tile_counter_zeroed_ = true;
+  }
 
   if (plan.kernel == GemmKernel::kDecode) {
     run_decode(problem, stream, times);

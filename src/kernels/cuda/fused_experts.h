@@ -58,7 +58,7 @@ class ExpertsRunner {
 
   DeviceBuffer sorted_pair_ids_, expert_ids_, num_pairs_post_padded_, align_scratch_, cache2_,
       cache3_, tile_counter_, decode_sync_;
-  bool decode_sync_zeroed_ = false;
+  bool decode_sync_zeroed_ = false, tile_counter_zeroed_ = false;
 };
 
 }  // namespace moe::cuda

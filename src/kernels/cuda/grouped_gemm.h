@@ -18,6 +18,12 @@
 
 namespace moe::cuda {
 
+// GroupedGemmArgs::tile_counter of kTmaDynamic: the next tile to take, and how many thread blocks
+// have taken their last.
+inline constexpr int kNextTile = 0;
+inline constexpr int kBlocksDone = 1;
+inline constexpr int kTileCounterWords = 2;
+
 struct GroupedGemmArgs {
   const void* input = nullptr;  // bf16 rows: hidden [M, K] (gemm1) or cache2 [P, K] (gemm2)
   int64_t row_divisor = 1;      // input row of pair p = p / row_divisor (k for gemm1, 1 for gemm2)
@@ -44,7 +50,8 @@ struct GroupedGemmArgs {
   // kernels of another stream (two-batch overlap); 0 = all. The other kernels launch one block
   // per tile, which hands multiprocessors over as tiles finish.
   int max_multiprocessors = 0;
-  // kTmaDynamic: one device int the launch zeroes; thread blocks count the tiles they take on it.
+  // kTmaDynamic: kTileCounterWords device ints, zero before the first launch; every launch leaves
+  // them zero again (the last thread block to finish resets them), so none needs a memset first.
   int32_t* tile_counter = nullptr;
   // tma kernels only. out_in_block_order: row r of block b goes to out row b * block_m + r (padding
   // rows are not written) instead of its pair's row; out then has max_blocks * block_m rows.

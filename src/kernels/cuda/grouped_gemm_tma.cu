@@ -37,15 +37,15 @@
 // block whose block has no rows (past the end, or another rank's expert) walks its partner's stages
 // without loading or computing anything. Plan kernel "tma_dynamic" keeps the tiles' order in time
 // instead: rather than each thread block taking every grid's-worth tile from its first, the
-// producers take the next tile from a counter (one atomicAdd per tile, zeroed by the launch) when
-// they start one, and pass it to their consumers with the stage, and its walk orders each expert's
-// blocks column tile first (TileWalk), so the thread blocks that share a weight tile start it
-// together however far apart their earlier tiles took them. On the H200 it is the fastest plan at
-// most of DeepSeek-V3's sizes from 16 tokens on (0.5-1.5% ahead of tma_pair/128 at 4096 and 16384),
-// loses at Qwen3-30B-A3B's. Tiles: block_m 128: each consumer warpgroup takes 64 of the rows
-// and all 256 weight rows (m64n256k16); block_m 64: both take the 64 rows and 128 of the weight
-// rows (m64n128k16). gemm1's weight rows are, per consumer warpgroup, gate rows then the matching
-// up rows, so each thread holds gate and up of the same output element.
+// producers take the next tile from a counter (one atomicAdd per tile; the launch leaves it zero)
+// when they start one, and pass it to their consumers with the stage, and its walk orders each
+// expert's blocks column tile first (TileWalk), so the thread blocks that share a weight tile start
+// it together however far apart their earlier tiles took them. On the H200 it is the fastest plan
+// at most of DeepSeek-V3's sizes from 16 tokens on (0.5-1.5% ahead of tma_pair/128 at 4096 and
+// 16384), loses at Qwen3-30B-A3B's. Tiles: block_m 128: each consumer warpgroup takes 64 of the
+// rows and all 256 weight rows (m64n256k16); block_m 64: both take the 64 rows and 128 of the
+// weight rows (m64n128k16). gemm1's weight rows are, per consumer warpgroup, gate rows then the
+// matching up rows, so each thread holds gate and up of the same output element.
 //
 // Tested by tests/cuda/fused_experts_test.cc (plans tma, tma_eager, tma_pair and tma_dynamic at 64
 // and 128) against the reference.
@@ -478,13 +478,20 @@ __global__ void __launch_bounds__(TmaTile<kBlockM>::kThreads, 1)
       // tiles took them.
       for (;;) {
         producer_sync();  // every producer thread has read the tile taken before
-        if (t == 0) taken_tile = atomicAdd(a.tile_counter, 1);
+        if (t == 0) taken_tile = atomicAdd(a.tile_counter + kNextTile, 1);
         producer_sync();
         const int64_t tile = taken_tile;
         TileWork work;
         const TileKind kind = walk.decode(tile, work);
         if (kind == TileKind::kEnd) break;
         if (kind == TileKind::kWork) produce(work, tile);
+      }
+      // The last thread block to take its final tile sets the counters back to zero for the
+      // next launch, so no memset runs before each (the runner zeroes a fresh buffer once).
+      if (t == 0 && atomicAdd(a.tile_counter + kBlocksDone, 1) == gridDim.x - 1) {
+        // Every other thread block's last atomicAdd on the tile counter has returned.
+        a.tile_counter[kNextTile] = 0;
+        a.tile_counter[kBlocksDone] = 0;
       }
       // The end, for the consumers: a stage with no data and tile -1.
       barrier_wait(empty_barrier(ring.stage), ring.phase ^ 1);
@@ -717,7 +724,7 @@ CUtensorMap input_tensor_map(const GroupedGemmArgs& a) {
 
 // One thread block per multiprocessor (at most args.max_multiprocessors of them); clusters: as many
 // as fit at once (not every multiprocessor can join one), times their size.
-// kDynamic: the tiles are taken from args.tile_counter, zeroed here first.
+// kDynamic: the tiles are taken from args.tile_counter, which the launch leaves zero.
 template <int kBlockM, bool kGated, bool kEager, int kCluster, bool kDynamic>
 void launch(const GroupedGemmArgs& args, cudaStream_t stream) {
   using Tile = TmaTile<kBlockM>;
@@ -755,10 +762,8 @@ void launch(const GroupedGemmArgs& args, cudaStream_t stream) {
   }
   groups = std::max<int64_t>(1, std::min(tiles, groups));
   config.gridDim = dim3(static_cast<unsigned>(groups * kCluster));
-  if constexpr (kDynamic) {
-    if (args.tile_counter == nullptr) fail("grouped_gemm (tma_dynamic): no tile counter given");
-    check(cudaMemsetAsync(args.tile_counter, 0, sizeof(int32_t), stream),
-          "cudaMemsetAsync(tile counter)");
+  if (kDynamic && args.tile_counter == nullptr) {
+    fail("grouped_gemm (tma_dynamic): no tile counter given");
   }
   check(cudaLaunchKernelEx(&config, kernel, weight_tensor_map(args), input_tensor_map(args), args),
         "cudaLaunchKernelEx(tma_kernel)");
