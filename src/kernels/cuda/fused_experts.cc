@@ -17,6 +17,9 @@
 namespace moe::cuda {
 namespace {
 
+// Rows per expert up to which gemm2 starts behind gemm1 (GroupedGemmArgs::after_previous_grid).
+constexpr int64_t kDependentGemm2MaxRows = 64;
+
 int64_t chunk_tokens(const ExpertsProblem& problem) {
   return std::min(problem.num_tokens, kChunkTokens);
 }
@@ -182,7 +185,9 @@ void ExpertsRunner::reserve(const ExpertsProblem& problem, const ExpertsPlan& pl
   sorted_pair_ids_.reserve(std::max<int64_t>(padded, 1) * sizeof(int32_t));
   expert_ids_.reserve(std::max<int64_t>(padded / plan.block_m, 1) * sizeof(int32_t));
   num_pairs_post_padded_.reserve(sizeof(int32_t));
-  tile_counter_.reserve(kTileCounterWords * sizeof(int32_t));  // one size: allocated once
+  // gemm1's and gemm2's counters: gemm2 may take tiles while gemm1 still does
+  // (after_previous_grid).
+  tile_counter_.reserve(2 * kTileCounterWords * sizeof(int32_t));  // one size: allocated once
   if (!plan.tiny_batch) align_scratch_.reserve(align_scratch_bytes(pairs, problem.num_experts));
   const int64_t cache2_rows = rows_in_block_order(plan) ? padded : pairs;
   cache2_.reserve(std::max<int64_t>(cache2_rows * problem.intermediate_size, 1) * 2);
@@ -300,6 +305,14 @@ void ExpertsRunner::run(const ExpertsProblem& problem, const ExpertsPlan& plan, 
       gemm.out_columns = H;
       gemm.out = cache3_.data();
       gemm.topk_weights = problem.topk_weights + t0 * k;
+      gemm.tile_counter = static_cast<int32_t*>(tile_counter_.data()) + kTileCounterWords;
+      // Its weights stream in while gemm1's last tiles finish (grouped_gemm.h). On the H200 that
+      // took 3-7 us off Qwen3-30B-A3B's 16-1024 tokens and 5-30 off DeepSeek-V3's 64-1024 (up to
+      // 64 rows per expert), but made Qwen3-30B-A3B's 4096 tokens (256 rows) 48-65 us slower
+      // (docs/perf.md); sizes in between were not measured.
+      gemm.after_previous_grid =
+          is_tma_kernel(plan.kernel) &&
+          pairs <= kDependentGemm2MaxRows * std::max<int64_t>(local_experts, 1);
       grouped_gemm(plan.kernel, /*gated=*/false, gemm, stream);
       clock.mark(3, stream);
 

@@ -59,6 +59,12 @@ struct GroupedGemmArgs {
   // TMA box instead of a cp.async gather.
   bool out_in_block_order = false;
   bool input_in_block_order = false;
+  // tma kernels only: the kernel before this one on the stream is a tma kernel too, whose output
+  // is this one's input (gemm2 after gemm1). This one is then launched to start as the other's
+  // thread blocks leave (programmatic dependent launch): each thread block asks for its first
+  // stages' weights at once and waits for the other kernel to end before reading its rows. With
+  // tma_dynamic, tile_counter must not be the other kernel's, which may still be taking tiles.
+  bool after_previous_grid = false;
 };
 
 // Which kernel runs a grouped GEMM.

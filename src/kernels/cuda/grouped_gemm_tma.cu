@@ -208,6 +208,16 @@ __device__ __forceinline__ void cluster_sync() {
           : "memory");
 }
 
+// Programmatic dependent launch: the next kernel of the stream, if launched with
+// cudaLaunchAttributeProgrammaticStreamSerialization, may start once every thread block of this
+// one has said so or exited; it sees this one's writes only after wait_for_previous_grid.
+__device__ __forceinline__ void allow_dependent_launch() {
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+}
+__device__ __forceinline__ void wait_for_previous_grid() {
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+}
+
 template <int kRegisters>
 __device__ __forceinline__ void shrink_registers() {
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
@@ -366,6 +376,9 @@ __global__ void __launch_bounds__(TmaTile<kBlockM>::kThreads, 1)
   auto empty_barrier = [&](int stage) { return empty_base + stage * 8; };
 
   if (threadIdx.x == 0) {
+    // A kernel launched after_previous_grid behind this one may start its thread blocks as this
+    // one's leave multiprocessors (they wait for its end before reading what it wrote).
+    allow_dependent_launch();
     for (int s = 0; s < kStages; ++s) {
       // Every producer thread's cp.async arrival, plus the arrival carrying the TMA bytes.
       barrier_init(full_barrier(s), kProducerThreads + 1);
@@ -402,6 +415,7 @@ __global__ void __launch_bounds__(TmaTile<kBlockM>::kThreads, 1)
       }
     }
     const auto* input = static_cast<const __nv_bfloat16*>(a.input);
+    bool previous_grid_done = false;  // after_previous_grid: this thread block has waited for it
     // Eight threads per row, one 16-byte chunk each: a warp copies four whole 128-byte rows.
     const int chunk = t % 8;
     auto produce = [&](const TileWork& work, int64_t tile) {
@@ -421,45 +435,46 @@ __global__ void __launch_bounds__(TmaTile<kBlockM>::kThreads, 1)
         source_row[i] =
             pair >= 0 && pair < a.num_pairs ? static_cast<int32_t>(pair / a.row_divisor) : -1;
       }
-      for (int kt = 0; kt < k_tiles; ++kt, ring.advance()) {
-        // First use of each stage: parity 1 names the phase before the barrier's first, which
-        // counts as complete, so the wait returns at once.
-        barrier_wait(empty_barrier(ring.stage), ring.phase ^ 1);
-        const uint32_t a_stage = base + ring.stage * Tile::kStageBytes;
-        const uint32_t b_stage = a_stage + Tile::kABytes;
-        const int k0 = kt * kTileK;
-        if (t == 0) {
-          if (kDynamic && kt == 0) stage_tile[ring.stage] = static_cast<int32_t>(tile);
-          if constexpr (kSplitRows && kDynamic) {
-            // Row 64 is this thread's source_row[4]; a block holds its expert's pairs first, then
-            // padding, so that row tells whether the upper half holds any.
-            static_assert(Tile::kWarpGroupRows == 16 * 4, "row 64 is thread 0's fifth row");
-            if (kt == 0) stage_upper_rows_empty[ring.stage] = source_row[4] < 0;
-          }
-          barrier_arrive_expect_bytes(full_barrier(ring.stage),
-                                      Tile::kBBytes + (a.input_in_block_order ? Tile::kABytes : 0));
-          if (a.input_in_block_order) {
-            load_input_box(a_stage, &input_map, k0, static_cast<int>(work.block * kBlockM),
-                           full_barrier(ring.stage));
-          }
-#pragma unroll
-          for (int j = 0; j < kTileN; j += kBoxRows) {
-            // Tile row j of consumer warpgroup j / kWarpGroupN; gated: its first half are gate
-            // rows (row = column), its second half the matching up rows (I + column).
-            int64_t row = work.first_column + j;
-            if constexpr (kGated) {
-              constexpr int kHalf = Tile::kWarpGroupN / 2;
-              const int within = j % Tile::kWarpGroupN;
-              row = work.first_column + (j / Tile::kWarpGroupN) * kHalf + within % kHalf +
-                    (within >= kHalf ? columns : 0);
-            }
-            load_weight_box(b_stage + j * kRowBytes, &weight_map, k0, static_cast<int>(row),
-                            work.expert, full_barrier(ring.stage));
-          }
+      // Thread 0: the stage's expected bytes and its weight boxes; with a tile's first stage, the
+      // tile for the consumers (tma_dynamic).
+      auto request_weights = [&](int stage, int kt) {
+        const uint32_t b_stage = base + stage * Tile::kStageBytes + Tile::kABytes;
+        if (kDynamic && kt == 0) stage_tile[stage] = static_cast<int32_t>(tile);
+        if constexpr (kSplitRows && kDynamic) {
+          // Row 64 is this thread's source_row[4]; a block holds its expert's pairs first, then
+          // padding, so that row tells whether the upper half holds any.
+          static_assert(Tile::kWarpGroupRows == 16 * 4, "row 64 is thread 0's fifth row");
+          if (kt == 0) stage_upper_rows_empty[stage] = source_row[4] < 0;
         }
+        barrier_arrive_expect_bytes(full_barrier(stage),
+                                    Tile::kBBytes + (a.input_in_block_order ? Tile::kABytes : 0));
+#pragma unroll
+        for (int j = 0; j < kTileN; j += kBoxRows) {
+          // Tile row j of consumer warpgroup j / kWarpGroupN; gated: its first half are gate
+          // rows (row = column), its second half the matching up rows (I + column).
+          int64_t row = work.first_column + j;
+          if constexpr (kGated) {
+            constexpr int kHalf = Tile::kWarpGroupN / 2;
+            const int within = j % Tile::kWarpGroupN;
+            row = work.first_column + (j / Tile::kWarpGroupN) * kHalf + within % kHalf +
+                  (within >= kHalf ? columns : 0);
+          }
+          load_weight_box(b_stage + j * kRowBytes, &weight_map, kt * kTileK, static_cast<int>(row),
+                          work.expert, full_barrier(stage));
+        }
+      };
+      // Every producer thread: the stage's input rows (one TMA box from thread 0, or the
+      // gather) and its arrival.
+      auto load_rows = [&](int stage, int kt) {
+        const uint32_t a_stage = base + stage * Tile::kStageBytes;
+        const int k0 = kt * kTileK;
         if (a.input_in_block_order) {
-          barrier_arrive(full_barrier(ring.stage));
-          continue;
+          if (t == 0) {
+            load_input_box(a_stage, &input_map, k0, static_cast<int>(work.block * kBlockM),
+                           full_barrier(stage));
+          }
+          barrier_arrive(full_barrier(stage));
+          return;
         }
 #pragma unroll
         for (int i = 0; i < Tile::kRowsPerProducer; ++i) {
@@ -469,7 +484,28 @@ __global__ void __launch_bounds__(TmaTile<kBlockM>::kThreads, 1)
           copy16_async(a_stage + swizzled_chunk_offset(r, chunk),
                        valid ? input + source_row[i] * K + k : input, valid);
         }
-        barrier_arrive_after_copies(full_barrier(ring.stage));
+        barrier_arrive_after_copies(full_barrier(stage));
+      };
+      int kt = 0;
+      if (a.after_previous_grid && !previous_grid_done) {
+        // The weights do not depend on the previous kernel, its output (the rows) does: ask for
+        // the first stages' weight boxes while it may still run, then wait for it to finish.
+        const int ahead = k_tiles < kStages ? k_tiles : kStages;
+        Ring<kStages> first = ring;
+        for (; kt < ahead; ++kt, first.advance()) {
+          barrier_wait(empty_barrier(first.stage), first.phase ^ 1);
+          if (t == 0) request_weights(first.stage, kt);
+        }
+        wait_for_previous_grid();
+        previous_grid_done = true;
+        for (int i = 0; i < ahead; ++i, ring.advance()) load_rows(ring.stage, i);
+      }
+      for (; kt < k_tiles; ++kt, ring.advance()) {
+        // First use of each stage: parity 1 names the phase before the barrier's first, which
+        // counts as complete, so the wait returns at once.
+        barrier_wait(empty_barrier(ring.stage), ring.phase ^ 1);
+        if (t == 0) request_weights(ring.stage, kt);
+        load_rows(ring.stage, kt);
       }
     };
     if constexpr (kDynamic) {
@@ -741,16 +777,18 @@ void launch(const GroupedGemmArgs& args, cudaStream_t stream) {
   const int64_t tiles = (args.max_blocks + kCluster - 1) / kCluster *
                         ((args.out_columns + columns_per_tile - 1) / columns_per_tile);
 
-  cudaLaunchAttribute cluster = {};
-  cluster.id = cudaLaunchAttributeClusterDimension;
-  cluster.val.clusterDim.x = kCluster;
-  cluster.val.clusterDim.y = 1;
-  cluster.val.clusterDim.z = 1;
+  cudaLaunchAttribute attributes[2] = {};
+  attributes[0].id = cudaLaunchAttributeClusterDimension;
+  attributes[0].val.clusterDim.x = kCluster;
+  attributes[0].val.clusterDim.y = 1;
+  attributes[0].val.clusterDim.z = 1;
+  attributes[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attributes[1].val.programmaticStreamSerializationAllowed = 1;
   cudaLaunchConfig_t config = {};
   config.blockDim = dim3(Tile::kThreads);
   config.dynamicSmemBytes = Tile::kSharedBytes;
   config.stream = stream;
-  config.attrs = &cluster;
+  config.attrs = attributes;
   config.numAttrs = 1;
   int64_t groups = multiprocessors / kCluster;
   if constexpr (kCluster > 1) {
@@ -765,6 +803,7 @@ void launch(const GroupedGemmArgs& args, cudaStream_t stream) {
   if (kDynamic && args.tile_counter == nullptr) {
     fail("grouped_gemm (tma_dynamic): no tile counter given");
   }
+  if (args.after_previous_grid) config.numAttrs = 2;
   check(cudaLaunchKernelEx(&config, kernel, weight_tensor_map(args), input_tensor_map(args), args),
         "cudaLaunchKernelEx(tma_kernel)");
 }
