@@ -307,7 +307,7 @@ void ExpertsRunner::run(const ExpertsProblem& problem, const ExpertsPlan& plan, 
       gemm.topk_weights = problem.topk_weights + t0 * k;
       gemm.tile_counter = static_cast<int32_t*>(tile_counter_.data()) + kTileCounterWords;
       // Its weights stream in while gemm1's last tiles finish (grouped_gemm.h). On the H200 that
-      // took 3-7 us off Qwen3-30B-A3B's 16-1024 tokens and 5-30 off DeepSeek-V3's 64-1024 (up to
+      // took 3-8 us off Qwen3-30B-A3B's 16-1024 tokens and 4-30 off DeepSeek-V3's 64-1024 (up to
       // 64 rows per expert), but made Qwen3-30B-A3B's 4096 tokens (256 rows) 48-65 us slower
       // (docs/perf.md); sizes in between were not measured.
       gemm.after_previous_grid =
