@@ -104,6 +104,27 @@ void expect_close(const Tensor& got, const Tensor& want, const std::string& what
   EXPECT_LT(cmp.max_rel_error, kBf16Tolerance) << what << ": " << cmp.describe();
 }
 
+// One runner on routing A, then B, then A again: each call matches the reference and A's bits
+// repeat, so nothing a plan keeps between launches (counters) leaks into the next call.
+void expect_repeats_through_one_runner(const ExpertsInputs& a, const ExpertsInputs& b,
+                                       const cuda::ExpertsPlan& plan) {
+  cuda::ExpertsRunner runner;
+  auto run = [&](const ExpertsInputs& in) {
+    OnDevice d = to_device(in);
+    ValidatedExperts v =
+        validate_experts(d.hidden, d.w13, d.w2, d.topk_weights, d.topk_ids, d.out, d.options);
+    EXPECT_EQ(cuda::why_plan_cannot_run(plan, v.problem), "");
+    runner.run(v.problem, plan, nullptr);
+    return d.out.to_host();
+  };
+  const Tensor first = run(a);
+  expect_close(Tensor::copy_of(first, DType::kF32), testing::run_reference_f32(a), "A");
+  expect_close(Tensor::copy_of(run(b), DType::kF32), testing::run_reference_f32(b), "B");
+  const Tensor again = run(a);
+  EXPECT_EQ(std::memcmp(first.data<uint16_t>(), again.data<uint16_t>(), first.nbytes()), 0)
+      << "A twice differs";
+}
+
 class CudaFusedExperts : public testing::GpuTest {};
 
 TEST_F(CudaFusedExperts, EveryPlanMatchesTheReference) {
@@ -194,21 +215,7 @@ TEST_F(CudaFusedExperts, TinyBatchPlansRepeatExactlyThroughOneRunner) {
          rows_aligned ? std::vector{decode, tiny} : std::vector{tiny}) {
       const std::string what = cuda_plans::plan_name(plan);
       SCOPED_TRACE(what);
-      cuda::ExpertsRunner runner;
-      auto run = [&](const ExpertsInputs& in) {
-        OnDevice d = to_device(in);
-        ValidatedExperts v =
-            validate_experts(d.hidden, d.w13, d.w2, d.topk_weights, d.topk_ids, d.out, d.options);
-        EXPECT_EQ(cuda::why_plan_cannot_run(plan, v.problem), "");
-        runner.run(v.problem, plan, nullptr);
-        return d.out.to_host();
-      };
-      const Tensor first = run(a);
-      expect_close(Tensor::copy_of(first, DType::kF32), testing::run_reference_f32(a), "A");
-      expect_close(Tensor::copy_of(run(b), DType::kF32), testing::run_reference_f32(b), "B");
-      const Tensor again = run(a);
-      EXPECT_EQ(std::memcmp(first.data<uint16_t>(), again.data<uint16_t>(), first.nbytes()), 0)
-          << "A twice differs";
+      expect_repeats_through_one_runner(a, b, plan);
     }
   }
 }
@@ -233,20 +240,7 @@ TEST_F(CudaFusedExperts, TileCounterPlansRepeatExactlyThroughOneRunner) {
     for (int64_t block_m : {64, 128}) {
       const cuda::ExpertsPlan plan{cuda::GemmKernel::kTmaDynamic, block_m, false};
       SCOPED_TRACE(cuda_plans::plan_name(plan));
-      cuda::ExpertsRunner runner;
-      auto run = [&](const ExpertsInputs& in) {
-        OnDevice d = to_device(in);
-        ValidatedExperts v =
-            validate_experts(d.hidden, d.w13, d.w2, d.topk_weights, d.topk_ids, d.out, d.options);
-        runner.run(v.problem, plan, nullptr);
-        return d.out.to_host();
-      };
-      const Tensor first = run(a);
-      expect_close(Tensor::copy_of(first, DType::kF32), testing::run_reference_f32(a), "A");
-      expect_close(Tensor::copy_of(run(b), DType::kF32), testing::run_reference_f32(b), "B");
-      const Tensor again = run(a);
-      EXPECT_EQ(std::memcmp(first.data<uint16_t>(), again.data<uint16_t>(), first.nbytes()), 0)
-          << "A twice differs";
+      expect_repeats_through_one_runner(a, b, plan);
     }
   }
 }
