@@ -1,6 +1,7 @@
 // fused_experts on the GPU against the reference backend (f64 loops on the same bf16 inputs):
 // relative error under 1e-2 for every plan (stream kernel at each row count, tensor cores at
 // each tile height, the tiny-batch path), over random shapes, skew, expert maps and M = 0, 1.
+#include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -243,6 +244,80 @@ TEST_F(CudaFusedExperts, TileCounterPlansRepeatExactlyThroughOneRunner) {
       expect_repeats_through_one_runner(a, b, plan);
     }
   }
+}
+
+// What a serving loop does: each routing's call captured once in a CUDA graph, the graphs
+// replayed in turn. Every replay must give the bits of the un-captured call: a kernel that
+// synchronizes with the host or allocates fails the capture, one that keeps state between
+// launches (tile counters, gemm2 started as gemm1's programmatic dependent at up to 64 rows per
+// expert) would drift across replays.
+TEST_F(CudaFusedExperts, CapturedGraphsReplayTheUncapturedBits) {
+  std::vector<cuda::ExpertsPlan> plans = {{cuda::GemmKernel::kStream, 16, false},
+                                          {cuda::GemmKernel::kMma, 64, false},
+                                          {cuda::GemmKernel::kStream, 1, true}};
+  if (cuda::wgmma_available()) {
+    for (const cuda::GemmKernel kernel :
+         {cuda::GemmKernel::kTma, cuda::GemmKernel::kTmaPair, cuda::GemmKernel::kTmaDynamic}) {
+      for (int64_t block_m : {64, 128}) plans.push_back({kernel, block_m, false});
+    }
+  }
+  // 50 rows per expert (gemm2 behind gemm1), 375 rows per expert (not), and a decode size.
+  const std::vector<ExpertsCase> cases = {bf16_case(200, 264, 136, 24, 6, 340),
+                                          bf16_case(1500, 264, 136, 24, 6, 341),
+                                          bf16_case(4, 72, 40, 64, 4, 342)};
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  for (const ExpertsCase& c : cases) {
+    SCOPED_TRACE(c.describe());
+    ExpertsCase other = c;
+    other.seed += 1000;
+    const ExpertsInputs in_a = testing::make_inputs(c), in_b = testing::make_inputs(other);
+    const Tensor want_a = testing::run_reference_f32(in_a),
+                 want_b = testing::run_reference_f32(in_b);
+    std::vector<cuda::ExpertsPlan> case_plans = plans;
+    if (c.num_tokens <= cuda::kDecodeMaxTokens)
+      case_plans.push_back({cuda::GemmKernel::kDecode, 1, true});
+    for (const cuda::ExpertsPlan& plan : case_plans) {
+      SCOPED_TRACE(cuda_plans::plan_name(plan));
+      OnDevice a = to_device(in_a), b = to_device(in_b);
+      const ValidatedExperts va =
+          validate_experts(a.hidden, a.w13, a.w2, a.topk_weights, a.topk_ids, a.out, a.options);
+      const ValidatedExperts vb =
+          validate_experts(b.hidden, b.w13, b.w2, b.topk_weights, b.topk_ids, b.out, b.options);
+      cuda::ExpertsRunner runner;
+      runner.run(va.problem, plan, stream);  // sizes the workspace
+      ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+      const Tensor uncaptured = a.out.to_host();
+      expect_close(Tensor::copy_of(uncaptured, DType::kF32), want_a, "A, un-captured");
+
+      cudaGraphExec_t graphs[2] = {};
+      const ValidatedExperts* problems[2] = {&va, &vb};
+      for (int g = 0; g < 2; ++g) {
+        cudaGraph_t graph = nullptr;
+        ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
+        runner.run(problems[g]->problem, plan, stream);
+        ASSERT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+        ASSERT_EQ(cudaGraphInstantiate(&graphs[g], graph, 0), cudaSuccess);
+        cudaGraphDestroy(graph);
+      }
+      const TensorView out_a = a.out;
+      for (int replay = 0; replay < 2; ++replay) {
+        // A cleared first, so a replay that wrote nothing cannot pass.
+        ASSERT_EQ(cudaMemsetAsync(out_a.data, 0, out_a.nbytes(), stream), cudaSuccess);
+        ASSERT_EQ(cudaGraphLaunch(graphs[0], stream), cudaSuccess);
+        ASSERT_EQ(cudaGraphLaunch(graphs[1], stream), cudaSuccess);
+        ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+        const Tensor replayed = a.out.to_host();
+        EXPECT_EQ(std::memcmp(uncaptured.data<uint16_t>(), replayed.data<uint16_t>(),
+                              uncaptured.nbytes()),
+                  0)
+            << "replay " << replay << " of A differs from its un-captured call";
+      }
+      expect_close(Tensor::copy_of(b.out.to_host(), DType::kF32), want_b, "B, replayed");
+      for (cudaGraphExec_t graph : graphs) cudaGraphExecDestroy(graph);
+    }
+  }
+  cudaStreamDestroy(stream);
 }
 
 // The decode plan runs the tiny batch's items in one launch, adding each output's terms in the
