@@ -100,9 +100,10 @@ ExpertsPlan default_plan(const ExpertsProblem& problem) {
     // us, tma/64 155.8-156.7; DeepSeek-V3 at 16 tokens 2088-2090, tma_dynamic/64 2147-2152), the
     // decode kernel's one launch included (Qwen3-30B-A3B at 1, 2 and 4 tokens 28.2-28.3,
     // 46.0-46.1 and 83.9-84.0 us against 25.1-25.3, 43.6-43.8 and 74.0; decode_experts.cu).
-    // At one pair per expert DeepSeek-V3 (32 tokens) lost (3697-3704 us, tma_dynamic/64
-    // 3238-3239) where Qwen3-30B-A3B (16 tokens) won (209.4-209.9, tma/64 218.4-219.1): the rule
-    // stops at half, the Qwen3 table goes on to 16.
+    // At one pair per expert it lost on both shapes once the tma kernel had caught up:
+    // DeepSeek-V3 (32 tokens) 3697-3704 us against tma_dynamic/64's 3238-3239, Qwen3-30B-A3B
+    // (16 tokens) 210.2-210.6 against tma/64's 205.2-205.5 (twentieth session): the rule stops at
+    // half.
     return {GemmKernel::kStream, 1, true};
   }
   if (!rows_aligned) return {GemmKernel::kStream, kMaxStreamRows, false};
