@@ -309,8 +309,9 @@ void ExpertsRunner::run(const ExpertsProblem& problem, const ExpertsPlan& plan, 
       gemm.tile_counter = static_cast<int32_t*>(tile_counter_.data()) + kTileCounterWords;
       // Its weights stream in while gemm1's last tiles finish (grouped_gemm.h). On the H200 that
       // took 3-8 us off Qwen3-30B-A3B's 16-1024 tokens and 4-30 off DeepSeek-V3's 64-1024 (up to
-      // 64 rows per expert), but made Qwen3-30B-A3B's 4096 tokens (256 rows) 48-65 us slower
-      // (docs/perf.md); sizes in between were not measured.
+      // 64 rows per expert); past that it measured 48-65 us slower in one session and 11-38 us
+      // faster in the next at Qwen3-30B-A3B's 4096 tokens (256 rows, power-capped), and within
+      // the spread at 128 and 512 rows (docs/perf.md), so it stays where it was measured faster.
       gemm.after_previous_grid =
           is_tma_kernel(plan.kernel) &&
           pairs <= kDependentGemm2MaxRows * std::max<int64_t>(local_experts, 1);
