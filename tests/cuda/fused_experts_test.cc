@@ -275,8 +275,9 @@ TEST_F(CudaFusedExperts, CapturedGraphsReplayTheUncapturedBits) {
     const Tensor want_a = testing::run_reference_f32(in_a),
                  want_b = testing::run_reference_f32(in_b);
     std::vector<cuda::ExpertsPlan> case_plans = plans;
-    if (c.num_tokens <= cuda::kDecodeMaxTokens)
+    if (c.num_tokens <= cuda::kDecodeMaxTokens) {
       case_plans.push_back({cuda::GemmKernel::kDecode, 1, true});
+    }
     for (const cuda::ExpertsPlan& plan : case_plans) {
       SCOPED_TRACE(cuda_plans::plan_name(plan));
       OnDevice a = to_device(in_a), b = to_device(in_b);
