@@ -19,10 +19,11 @@
 // at 1, 2 and 4 tokens 28.2-28.3, 46.0-46.1 and 83.9-84.0 us against 25.1-25.3, 43.6-43.8 and
 // 74.0, DeepSeek-V3 180.8-181.6, 324.2-324.9 and 639.7-640.8 against 167.8-168.1,
 // 320.0-320.2 and 587.7-588.2. (An earlier build won at 2 tokens on another machine, DeepSeek-V3
-// 317-320 against 329-335, and lost there at 1 and 4.) A likely cause, not measured: at 74
-// registers a thread 3 blocks of 8 warps fit a multiprocessor, where the stream kernel's gemm1 (56)
-// fits 9 of 4 warps. Loading a gemm2 item's first weights before its wait, into registers or into
-// L2, was slower still.
+// 317-320 against 329-335, and lost there at 1 and 4.) Not for want of resident blocks: at 74
+// registers 3 blocks of 8 warps fit a multiprocessor, and capped at 64 or 48 registers (4 or 5
+// blocks) it was slower still at every size, Qwen3-30B-A3B's 1 token 30.0-30.3 and 35.3-35.5 us
+// against 28.9. Loading a gemm2 item's first weights before its wait, into registers or into L2,
+// was slower too.
 #include <cuda_bf16.h>
 
 #include "kernels/cuda/bf16_math.cuh"
