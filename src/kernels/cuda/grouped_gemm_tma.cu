@@ -568,6 +568,13 @@ __global__ void __launch_bounds__(TmaTile<kBlockM>::kThreads, 1)
     }
   };
 
+  // A per-stage word the producer rewrites once the stage is freed. Only lane 0 arrives on
+  // `empty`, so only lane 0's read is ordered before that rewrite; the other lanes take its value.
+  auto read_by_lane0 = [&](const auto& word) {
+    auto value = lane == 0 ? word : decltype(+word){};
+    return __shfl_sync(0xffffffffu, value, 0);
+  };
+
   auto consume = [&](const TileWork& work) {
     // tma_dynamic, block_m 128: the upper warpgroup of a block with at most 64 rows (often the last
     // block of an expert) has nothing to compute; it only takes and frees the stages, and the lower
@@ -579,7 +586,7 @@ __global__ void __launch_bounds__(TmaTile<kBlockM>::kThreads, 1)
     bool idle = !work.rows;
     if (kSplitRows && kDynamic && !idle && k_tiles > 0) {
       barrier_wait(full_barrier(ring.stage), ring.phase);
-      idle = warp_group == 1 && stage_upper_rows_empty[ring.stage];
+      idle = warp_group == 1 && read_by_lane0(stage_upper_rows_empty[ring.stage]);
     }
     if (idle) {
       // No rows here: take each stage and free it, so every consumer warp (and every thread block
@@ -678,7 +685,7 @@ __global__ void __launch_bounds__(TmaTile<kBlockM>::kThreads, 1)
   if constexpr (kDynamic) {
     for (;;) {
       barrier_wait(full_barrier(ring.stage), ring.phase);
-      const int32_t tile = stage_tile[ring.stage];
+      const int32_t tile = read_by_lane0(stage_tile[ring.stage]);
       if (tile < 0) break;
       TileWork work;
       walk.decode(tile, work);  // a tile the producer found work in
