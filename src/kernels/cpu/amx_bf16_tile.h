@@ -122,10 +122,10 @@ ExpertKernels amx_expert_kernel_set() {
   kernels.tile.a_dtype = DType::kBF16;
   kernels.tile.max_rows = kAmxMaxRows;
   kernels.tile.row_multiple = kTileRows;
-  kernels.tile.whole_k = true;
+  kernels.tile.whole_k_row_blocks = 2;
   kernels.tile.spreads_prefetch = true;
   kernels.tile.prefetch_blocks = 1;
-  kernels.tile.prefill_prefetch_blocks = 1;
+  kernels.tile.prefill_prefetch_blocks = 2;
   kernels.tile.run = &amx_pair<Tiles>;
   kernels.tile.thread_begin = &Tiles::begin;
   kernels.tile.thread_end = &Tiles::end;

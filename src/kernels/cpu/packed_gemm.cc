@@ -56,15 +56,12 @@ ThreadBuffers carve(float* base, const BufferShape& s) {
   return b;
 }
 
-// The k block: kPairBlockBytes of a pair, a multiple of bf16's k multiple (AMX tile depth); the
-// whole of k for a kernel that keeps its sums in registers (TileKernel::whole_k); or
-// MOE_CPU_KBLOCK (cpu_tuning.h). A chunk of one row block (decode) takes the whole of k too: it
-// reads each weight once whatever the block, and one call per pair saves the sums' trip through
-// acc at every block end (13-16% less time at 1 to 256 tokens on a 2-core AMX Xeon, perf.md),
-// while the kernel spreads the next pair's prefetches over its steps as it spread the next block's.
-int64_t k_block(const PackedLayout& layout, const TileKernel& kernel) {
+// The k block of a chunk of `row_blocks` row blocks: kPairBlockBytes of a pair, a multiple of
+// bf16's k multiple (AMX tile depth); the whole of k for a chunk short enough for the kernel's
+// whole_k_row_blocks (TileKernel says when that pays); or MOE_CPU_KBLOCK (cpu_tuning.h).
+int64_t k_block(const PackedLayout& layout, const TileKernel& kernel, int64_t row_blocks) {
   if (cpu_tuning().k_block > 0) return cpu_tuning().k_block;
-  if (kernel.whole_k) return layout.k_padded;
+  if (row_blocks <= kernel.whole_k_row_blocks) return layout.k_padded;
   const int64_t bytes_per_k = kPairWidth * static_cast<int64_t>(dtype_size(layout.dtype));
   return std::max<int64_t>(kPairBlockBytes / bytes_per_k / kBf16KMultiple, 1) * kBf16KMultiple;
 }
@@ -249,16 +246,17 @@ void run_item(const PackedGemmArgs& args, const ExpertKernels& kernels, const Ex
   const TileKernel& kernel = kernels.tile;
   const uint8_t* expert = args.experts[chunk.expert];
   const int64_t row_blocks = (chunk.num_rows + kernel.max_rows - 1) / kernel.max_rows;
-  const int64_t k_step = k_block(layout, kernel);
+  const int64_t k_step = k_block(layout, kernel, row_blocks);
   // The first row block over a k block reads the weights from memory or L2 and prefetches ahead
   // of its steps. A k block larger than the default (MOE_CPU_KBLOCK) leaves L1 between row blocks,
-  // so every row block prefetches; the whole of k (TileKernel::whole_k) is in L2 for the later
-  // row blocks, whose hardware prefetcher follows each panel's sequential tile loads unaided.
+  // so every row block prefetches; the whole of k (TileKernel::whole_k_row_blocks) is in L2 for
+  // the later row blocks, whose hardware prefetcher follows each panel's sequential tile loads.
   const bool whole_k = k_step >= layout.k_padded && cpu_tuning().k_block == 0;
   const bool block_fits_l1 =
       k_step * kPairWidth * static_cast<int64_t>(dtype_size(layout.dtype)) <= kPairBlockBytes;
+  const bool short_chunk = row_blocks <= std::max<int64_t>(1, kernel.whole_k_row_blocks);
   const int64_t ahead_blocks = cpu_tuning().prefetch_blocks.value_or(
-      row_blocks > 1 ? kernel.prefill_prefetch_blocks : kernel.prefetch_blocks);
+      short_chunk ? kernel.prefetch_blocks : kernel.prefill_prefetch_blocks);
   for (int64_t pair = item.pair_begin; pair < item.pair_end; ++pair) {
     TileArgs t;
     t.a_stride = s.a_stride;

@@ -12,12 +12,12 @@
 // rows are gathered and converted (f32, or bf16 for the bf16 kernels) into a per-thread buffer
 // once per chunk of rows, straight from where they live (hidden[p / k], cache2[p]). Each
 // work item (work_split.h) streams its weight pairs from memory once for all rows of its chunk:
-// each 16 KiB k block of a pair stays in L1 while the kernel walks the chunk's row blocks (for
-// the amx kernel, whose sums stay in tiles, the whole of k stays in L2: TileKernel::whole_k), and
-// the next block is prefetched meanwhile. Each output element is computed in a fixed order, so
-// results do not depend on the thread count.
-// Tested by tests/experts (every path against the reference backend; packed_mlp_prefill against
-// two passes of packed_gemm, bit for bit).
+// each 16 KiB k block of a pair stays in L1 while the kernel walks the chunk's row blocks (in the
+// amx kernel's chunks of one or two row blocks, whose sums stay in tiles, the whole of k stays in
+// L2 instead: TileKernel::whole_k_row_blocks), and the next block is prefetched meanwhile. Each
+// output element is computed in a fixed order, so results do not depend on the thread count. Tested
+// by tests/experts (every path against the reference backend; packed_mlp_prefill against two passes
+// of packed_gemm, bit for bit).
 #pragma once
 
 #include <cstdint>

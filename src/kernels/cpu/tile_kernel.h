@@ -52,25 +52,35 @@ struct TileKernel {
   int64_t max_rows = 1;
   // The kernel reads rows up to the next multiple of this; the driver zero-fills them.
   int64_t row_multiple = 1;
-  // The kernel's sums stay in registers over any range of k (AMX: four accumulator tiles), so a
-  // chunk gets the whole of k in one call per row block: its sums never make the round trip
-  // through acc that k blocks cost (a tile store and load per 256 k: a standalone loop on two
-  // Sapphire-Rapids cores ran 1.84 TFLOP/s with them, 2.30 without, at 256 rows of k = 2048; a
-  // decode chunk of one row block took 13-16% less time). The f32 kernels keep k blocks, whose
-  // weights stay in L1 while every row block passes over them.
-  bool whole_k = false;
+  // Chunks of at most this many row blocks take the whole of k in one call per row block. A kernel
+  // whose sums stay in registers over any range of k (AMX: four accumulator tiles) then saves
+  // their round trip through acc at every k block (a tile store and load per 256 k), and a pair
+  // read by so few row blocks gains little from a block kept in L1 for them. Longer chunks, and
+  // every chunk of the f32 kernels, take k blocks: each block's weights stay in L1 while every
+  // row block passes over them, and only the rows come from L2. The amx kernel takes 2. On a
+  // 2-core Sapphire-Rapids-class Xeon (Qwen3-30B-A3B, docs/perf.md): whole-k chunks of one row
+  // block took 13-16% less time than 256-k blocks at 1 to 256 tokens; every chunk in 256-k blocks
+  // took 68.2-68.8 ms at 1024 tokens (two or three row blocks an expert) against 62.1-62.5 with the
+  // whole of k everywhere; this split against the whole of k everywhere, 57.3-57.7 against
+  // 60.6-61.7 ms at 1024 tokens, 75.2-76.3 against 82.7-83.0 at 2048, 131.4-132.7 against
+  // 150.1-151.2 at 4096, 487.7-489.1 against 558.6-562.9 at 16384 (3 instead of 2: level to 2%
+  // slower).
+  int64_t whole_k_row_blocks = 0;
   // run() brings TileArgs::ahead into L2 a few lines per k step, so the weights keep streaming from
   // memory while it computes; otherwise the driver asks for those lines in one burst before the
   // call, which the amx kernel's long k loops then wait behind (a standalone loop streamed 10-25%
   // faster spread: 25.7 against 22 GB/s at 64 rows of k = 2048).
   bool spreads_prefetch = false;
   // k blocks ahead that the driver prefetches into L2 (MOE_CPU_PREFETCH overrides both): in a
-  // chunk of one row block (decode), and in a chunk of several. The amx kernel takes 1 in both,
-  // spread over its steps; avx512 1 in decode only, spread too (its kSpreadsPrefetch, fma_tile.h);
-  // the others 0, which the driver would otherwise ask for in one burst before each call: on an
-  // AVX-512 Xeon without AMX the hardware prefetcher (with the kernels' own prefetch a few steps
-  // ahead) streamed faster than such bursts (call by call: 21-29% less time at 1 to 64 tokens of
-  // Qwen3-30B-A3B, 7-13% at 256, equal from 1024 on; docs/perf.md).
+  // short chunk (one row block, or up to whole_k_row_blocks, whose block is the whole of k: then
+  // the next pair), and in a longer one, in k blocks. The amx kernel takes 1 and 2, spread over its
+  // steps (2 against 1 in the long chunks: 133.8 against 143.6 ms at 4096 tokens and 247.2 against
+  // 270.5 at 8192 in one round, level in a noisier second; a second pair ahead of the whole-k
+  // chunks took 15-17% more time at 1024); avx512 1 in decode only, spread too (its
+  // kSpreadsPrefetch, fma_tile.h); the others 0, which the driver would otherwise ask for in one
+  // burst before each call: on an AVX-512 Xeon without AMX the hardware prefetcher (with the
+  // kernels' own prefetch a few steps ahead) streamed faster than such bursts (call by call: 21-29%
+  // less time at 1 to 64 tokens of Qwen3-30B-A3B, 7-13% at 256, equal from 1024 on; docs/perf.md).
   int64_t prefetch_blocks = 0;
   int64_t prefill_prefetch_blocks = 0;
   void (*run)(const TileArgs& args) = nullptr;
