@@ -15,9 +15,9 @@
 // each 16 KiB k block of a pair stays in L1 while the kernel walks the chunk's row blocks (in the
 // amx kernel's chunks of one or two row blocks, whose sums stay in tiles, the whole of k stays in
 // L2 instead: TileKernel::whole_k_row_blocks), and the next block is prefetched meanwhile. Each
-// output element is computed in a fixed order, so results do not depend on the thread count. Tested
-// by tests/experts (every path against the reference backend; packed_mlp_prefill against two passes
-// of packed_gemm, bit for bit).
+// output element is computed in a fixed order, so results do not depend on the thread count.
+// Tested by tests/experts (every path against the reference backend; packed_mlp_prefill against
+// two passes of packed_gemm, bit for bit).
 #pragma once
 
 #include <cstdint>

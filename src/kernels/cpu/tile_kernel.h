@@ -61,10 +61,10 @@ struct TileKernel {
   // 2-core Sapphire-Rapids-class Xeon (Qwen3-30B-A3B, docs/perf.md): whole-k chunks of one row
   // block took 13-16% less time than 256-k blocks at 1 to 256 tokens; every chunk in 256-k blocks
   // took 68.2-68.8 ms at 1024 tokens (two or three row blocks an expert) against 62.1-62.5 with the
-  // whole of k everywhere; this split against the whole of k everywhere, 57.3-57.7 against
-  // 60.6-61.7 ms at 1024 tokens, 75.2-76.3 against 82.7-83.0 at 2048, 131.4-132.7 against
-  // 150.1-151.2 at 4096, 487.7-489.1 against 558.6-562.9 at 16384 (3 instead of 2: level to 2%
-  // slower).
+  // whole of k everywhere; this split against the whole of k everywhere (both with chunks of at
+  // most 256 rows), 57.3-57.7 against 60.6-61.7 ms at 1024 tokens, 75.2-76.3 against 82.7-83.0 at
+  // 2048, 131.4-132.7 against 150.1-151.2 at 4096, 487.7-489.1 against 558.6-562.9 at 16384 (3
+  // instead of 2: level to 2% slower).
   int64_t whole_k_row_blocks = 0;
   // run() brings TileArgs::ahead into L2 a few lines per k step, so the weights keep streaming from
   // memory while it computes; otherwise the driver asks for those lines in one burst before the
