@@ -19,7 +19,7 @@ namespace moe::cpu {
 // and up to about 1.2 times that under random routing, so prefill streams each expert's weights
 // once, while the rows (bf16: 1.3 MiB at H = 2048) stay in L2. At 256 the experts past it were cut
 // into two chunks of about 150 rows, and the amx path took 5% more time at 4096 tokens on a 2-core
-// AMX Xeon; 384 was 2% slower than 320 at 6144 and 16384 tokens; avx512bf16 was level, avx2
+// AMX Xeon; 384 was 1-2% slower than 320 at 6144 and 16384 tokens; avx512bf16 was level, avx2
 // level in one process and 4% slower at 4096 tokens in another (docs/perf.md).
 inline constexpr int64_t kDefaultBlockM = 320;
 // The largest block_m accepted: each thread holds block_m input rows.
