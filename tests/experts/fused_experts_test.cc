@@ -209,6 +209,26 @@ TEST(FusedExperts, ManyRowsPerExpertAcrossBlocksAndPasses) {
   }
 }
 
+TEST(FusedExperts, ChunksWhoseSumsOutgrowL1RunEachRowBlocksEpilogue) {
+  // Every token takes every expert: chunks of 250 rows, whose sums for one pair (250 x 32 f32)
+  // outgrow kChunkSumsInL1 (packed_gemm.cc) on every path, so each row block's epilogue follows
+  // its last call. Eight such chunks make two threads run prefill, where packed_mlp_prefill's
+  // gemm1 epilogue writes its row block into the thread's own rows for gemm2.
+  for (Activation activation : {Activation::kSilu, Activation::kGelu}) {
+    ExpertsCase c;
+    c.num_tokens = 250;
+    c.num_experts = 8;
+    c.top_k = 8;
+    c.hidden_size = 40;
+    c.intermediate_size = 24;
+    c.dtype = c.weight_dtype = DType::kBF16;
+    c.activation = activation;
+    c.biases = true;
+    c.seed = 95;
+    expect_cpu_matches_reference(c, 2);
+  }
+}
+
 TEST(FusedExperts, Cache3LargeEnoughToBeStreamedPastTheCaches) {
   // Top-8, H = 2048: cache3 is 32 MiB, where gemm2 writes it with non-temporal stores
   // (kStreamedCache3Bytes in fused_experts.cc), at 512 tokens in f32 (an f32 layer) and at 1024

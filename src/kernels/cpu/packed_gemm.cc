@@ -193,6 +193,22 @@ void plain_epilogue(const PackedGemmArgs& args, const ExpertKernels& kernels,
   (kernels.scale_rows ? kernels.scale_rows : &scale_rows<kBaselineLanes>)(e);
 }
 
+// The epilogue of rows [r0, r0 + rows) of the chunk for pair `pair`, from their sums at acc.
+void row_block_epilogue(const PackedGemmArgs& args, const ExpertKernels& kernels,
+                        const ExpertRows& chunk, int64_t r0, int64_t rows, int64_t pair,
+                        const float* acc, const GatedOut* gated_out) {
+  const ExpertRows block{chunk.expert, static_cast<int32_t>(rows), chunk.ids + r0};
+  if (!args.layout.gated) {
+    plain_epilogue(args, kernels, block, pair, acc);
+  } else if (gated_out == nullptr) {
+    gated_epilogue(args, kernels, block, pair, acc, nullptr);
+  } else {
+    GatedOut to = *gated_out;
+    to.ids += r0;
+    gated_epilogue(args, kernels, block, pair, acc, &to);
+  }
+}
+
 // The weights of one k block: the same slice of both panels of a pair.
 struct BlockSpan {
   const uint8_t* panel0 = nullptr;
@@ -234,11 +250,20 @@ BlockSpan block_ahead(const PackedLayout& layout, const uint8_t* expert, const W
   return span;
 }
 
+// Sums of one pair for a whole chunk beyond which each row block's epilogue follows its last call
+// (192 rows): half of a 48 KiB L1, which also holds the weight block and the rows. On the AMX host
+// that took 5% less time at 4096 tokens and 3% at 16384 (chunks of 220-320 rows); done in every
+// chunk it also took 1-2% more at 2048 (100-160 rows), where the sums stay in L1 anyway
+// (docs/perf.md).
+constexpr int64_t kChunkSumsInL1 = 24 * 1024;
+
 // Streams the item's pairs from memory once: each k block of a pair is multiplied with every row
 // block of the chunk while it sits in L1 (or in L2, when the block is the whole of k), the sums
-// wait in acc, and the epilogue runs once the pair's last k block is done. Meanwhile a later k
-// block (block_ahead; the next pair, when blocks are the whole of k) is prefetched to L2: the
-// chunk's row blocks give memory the time to deliver it.
+// wait in acc, and the epilogue runs once the pair's last k block is done: over the whole chunk,
+// or, when the chunk's sums outgrow kChunkSumsInL1, over each row block right after its last
+// call, while the sums that call stored are still in L1. Meanwhile a later k block (block_ahead;
+// the next pair, when blocks are the whole of k) is prefetched to L2: the chunk's row blocks give
+// memory the time to deliver it.
 void run_item(const PackedGemmArgs& args, const ExpertKernels& kernels, const ExpertRows& chunk,
               const WorkItem& item, const BufferShape& s, const ThreadBuffers& b,
               const GatedOut* gated_out = nullptr) {
@@ -257,6 +282,9 @@ void run_item(const PackedGemmArgs& args, const ExpertKernels& kernels, const Ex
   const bool short_chunk = row_blocks <= std::max<int64_t>(1, kernel.whole_k_row_blocks);
   const int64_t ahead_blocks = cpu_tuning().prefetch_blocks.value_or(
       short_chunk ? kernel.prefetch_blocks : kernel.prefill_prefetch_blocks);
+  const bool epilogue_per_row_block =
+      row_blocks * kernel.max_rows * kPairWidth * static_cast<int64_t>(sizeof(float)) >
+      kChunkSumsInL1;
   for (int64_t pair = item.pair_begin; pair < item.pair_end; ++pair) {
     TileArgs t;
     t.a_stride = s.a_stride;
@@ -283,12 +311,13 @@ void run_item(const PackedGemmArgs& args, const ExpertKernels& kernels, const Ex
         t.acc = b.acc + r0 * kPairWidth;
         t.prefetch = block == 0 || (!block_fits_l1 && !whole_k);
         kernel.run(t);
+        if (epilogue_per_row_block && t.k_end == layout.k_padded) {
+          row_block_epilogue(args, kernels, chunk, r0, t.rows, pair, t.acc, gated_out);
+        }
       }
     }
-    if (layout.gated) {
-      gated_epilogue(args, kernels, chunk, pair, b.acc, gated_out);
-    } else {
-      plain_epilogue(args, kernels, chunk, pair, b.acc);
+    if (!epilogue_per_row_block) {
+      row_block_epilogue(args, kernels, chunk, 0, chunk.num_rows, pair, b.acc, gated_out);
     }
   }
 }
