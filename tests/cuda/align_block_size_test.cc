@@ -1,6 +1,7 @@
 // The CUDA align_block_size against the CPU kernel: the same layout entry for entry (the GPU
-// kernel is stable too), on random routings with odd sizes, skew, expert maps and bad ids, on both
-// the one-block path and the three-launch path (past 8192 pairs or 256 experts).
+// kernel is stable too), on random routings with odd sizes, skew, expert maps and bad ids, on each
+// path: one block (small batches), a cluster of blocks (Hopper, up to 256 experts) and three
+// launches (past 256 experts, or past 8192 pairs on GPUs without clusters).
 #include "kernels/cuda/align_block_size.h"
 
 #include <fmt/format.h>
@@ -145,33 +146,36 @@ TEST_F(CudaAlign, TinyBatchPathMatchesTheCpu) {
 }
 
 TEST_F(CudaAlign, IdsOutOfRangeGetNoSlotAndLeaveOthersAlone) {
-  const AlignCase c{50, 4, 16, 8, false, false, 5};
-  Tensor ids = random_ids(c);
-  Tensor clean = Tensor::copy_of(ids, DType::kI32);
-  ids.data<int32_t>()[7] = 16;
-  ids.data<int32_t>()[9] = -3;
-  DeviceTensor d_ids(ids);
-  const int64_t capacity = max_num_pairs_post_padded(200, 16, 8);
-  auto sorted = DeviceTensor::empty_like(DType::kI32, {capacity});
-  auto blocks = DeviceTensor::empty_like(DType::kI32, {capacity / 8});
-  auto total = DeviceTensor::empty_like(DType::kI32, {1});
-  auto scratch = DeviceTensor::empty_like(
-      DType::kI32, {static_cast<int64_t>(cuda::align_scratch_bytes(200, 16) / 4)});
-  cuda::align_block_size(
-      {d_ids.view().as<int32_t>(), nullptr, 200, 16, 16, 8, sorted.view().as<int32_t>(),
-       blocks.view().as<int32_t>(), total.view().as<int32_t>(), scratch.view().as<int32_t>()},
-      nullptr);
-  const int32_t padded = total.to_host().data<int32_t>()[0];
-  const Tensor got = sorted.to_host();
-  int64_t seen = 0;
-  for (int32_t i = 0; i < padded; ++i) {
-    const int32_t p = got.data<int32_t>()[i];
-    ASSERT_TRUE(p == 200 || (p >= 0 && p < 200));
-    EXPECT_NE(p, 7);
-    EXPECT_NE(p, 9);
-    seen += p < 200;
+  for (const int64_t M : {50, 2000}) {  // 200 pairs: one block; 8000: a cluster on Hopper
+    SCOPED_TRACE(fmt::format("M={}", M));
+    const AlignCase c{M, 4, 16, 8, false, false, 5};
+    const int64_t pairs = M * 4;
+    Tensor ids = random_ids(c);
+    ids.data<int32_t>()[7] = 16;
+    ids.data<int32_t>()[pairs - 9] = -3;
+    DeviceTensor d_ids(ids);
+    const int64_t capacity = max_num_pairs_post_padded(pairs, 16, 8);
+    auto sorted = DeviceTensor::empty_like(DType::kI32, {capacity});
+    auto blocks = DeviceTensor::empty_like(DType::kI32, {capacity / 8});
+    auto total = DeviceTensor::empty_like(DType::kI32, {1});
+    auto scratch = DeviceTensor::empty_like(
+        DType::kI32, {static_cast<int64_t>(cuda::align_scratch_bytes(pairs, 16) / 4)});
+    cuda::align_block_size(
+        {d_ids.view().as<int32_t>(), nullptr, pairs, 16, 16, 8, sorted.view().as<int32_t>(),
+         blocks.view().as<int32_t>(), total.view().as<int32_t>(), scratch.view().as<int32_t>()},
+        nullptr);
+    const int32_t padded = total.to_host().data<int32_t>()[0];
+    const Tensor got = sorted.to_host();
+    int64_t seen = 0;
+    for (int32_t i = 0; i < padded; ++i) {
+      const int32_t p = got.data<int32_t>()[i];
+      ASSERT_TRUE(p == pairs || (p >= 0 && p < pairs));
+      EXPECT_NE(p, 7);
+      EXPECT_NE(p, pairs - 9);
+      seen += p < pairs;
+    }
+    EXPECT_EQ(seen, pairs - 2);
   }
-  EXPECT_EQ(seen, 198);
 }
 
 }  // namespace

@@ -10,13 +10,20 @@
 // The layout is therefore stable (pairs of an expert in ascending pair order) and identical to
 // the CPU kernel's. Small batches run the three phases in one thread block and one launch, a
 // segment per warp: the rows stay in shared memory and each lane keeps the ids it read in
-// registers for the scatter, so only the ids and the outputs cross global memory. Large batches
-// run three launches with the rows in the global scratch, the scan on one thread block over at
-// most kMaxCounts counts.
+// registers for the scatter, so only the ids and the outputs cross global memory. Past 2048 pairs
+// on Hopper (up to 256 experts) a cluster of up to 8 such blocks does the same in one launch, each
+// block reading the others' counts from their shared memory. Otherwise large batches run three
+// launches with the rows in the global scratch, the scan on one thread block over at most
+// kMaxCounts counts.
 //
 // Tested by tests/cuda/align_block_size_test.cc against the CPU kernel, entry for entry.
+#include <cooperative_groups.h>
+
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <cstdint>
+#include <utility>
 
 #include "kernels/cuda/align_block_size.h"
 #include "kernels/cuda/check.h"
@@ -36,6 +43,10 @@ constexpr int kSingleBlockSteps = 4;              // steps a warp of the single 
 // One launch does it all while the pairs fit a few steps per warp and every warp gets a row.
 constexpr int64_t kSingleBlockPairs = 8192;
 constexpr int64_t kSingleBlockExperts = kRowInts / (kScanThreads / kWarp);
+// The cluster path: up to 8 blocks (the largest cluster every Hopper GPU runs) of kScanThreads,
+// one per kClusterBlockPairs pairs, i.e. 2 steps a warp (1 step measured the same on the H200).
+constexpr int kMaxClusterBlocks = 8;
+constexpr int64_t kClusterBlockPairs = 2 * kScanThreads;
 
 // Pairs [begin, end) of segment s: equal runs, a multiple of 32 pairs, so the walk of the count
 // and the scatter phases see the same segments.
@@ -170,6 +181,57 @@ __device__ void scatter_segment(const AlignArgs& a, Segments seg, int64_t s, int
   });
 }
 
+// ---- pieces of the scan that the single block, the scan launch and the cluster share ----
+
+// offsets[e] = the padded counts of the experts below e (each rounded up to block_m), offsets[E]
+// = their sum. Each thread adds a run of experts, then the runs are scanned. Every thread of the
+// block calls it; it ends with a barrier.
+__device__ void padded_offsets(const int32_t* counts, int E, int block_m, int32_t* offsets) {
+  __shared__ int32_t warp_sums[kScanThreads / kWarp];
+  const int threads = blockDim.x, t = threadIdx.x;
+  const auto padded = [&](int e) { return (counts[e] + block_m - 1) / block_m * block_m; };
+  const int run = (E + threads - 1) / threads;
+  const int run_begin = min(E, t * run), run_end = min(E, run_begin + run);
+  int32_t run_sum = 0;
+  for (int e = run_begin; e < run_end; ++e) run_sum += padded(e);
+  const int lane = t % kWarp, warp = t / kWarp;
+  int32_t inclusive = run_sum;
+  for (int offset = 1; offset < kWarp; offset *= 2) {
+    const int32_t below = __shfl_up_sync(0xffffffff, inclusive, offset);
+    if (lane >= offset) inclusive += below;
+  }
+  if (lane == kWarp - 1) warp_sums[warp] = inclusive;
+  __syncthreads();
+  // The runs of the warps below: lane w holds warp w's sum, a shuffle reduction adds them.
+  int32_t below = lane < warp ? warp_sums[lane] : 0;
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) {
+    below += __shfl_xor_sync(0xffffffff, below, offset);
+  }
+  int32_t before = below + inclusive - run_sum;
+  for (int e = run_begin; e < run_end; ++e) {
+    offsets[e] = before;
+    before += padded(e);
+  }
+  if (t == threads - 1) offsets[E] = before;
+  __syncthreads();
+}
+
+// expert_ids of blocks first, first + stride, ...: block b belongs to the last expert whose
+// offset is at most b * block_m.
+__device__ void write_expert_ids(const AlignArgs& a, const int32_t* offsets, int first,
+                                 int stride) {
+  const int E = static_cast<int>(a.num_experts), block_m = static_cast<int>(a.block_m);
+  const int num_blocks = offsets[E] / block_m;
+  for (int b = first; b < num_blocks; b += stride) {
+    int low = 0, high = E;  // offsets[low] <= b * block_m < offsets[high]
+    while (high - low > 1) {
+      const int middle = (low + high) / 2;
+      (offsets[middle] <= b * block_m ? low : high) = middle;
+    }
+    a.expert_ids[b] = local_expert(a, low);
+  }
+}
+
 // ---- scan: offsets per expert, start positions per (segment, expert), expert_ids, padding ----
 // `table` [segments, E]: the counts on entry, the start positions on return (global scratch or
 // shared memory). `shared`: offsets [E + 1], counts [E], slice sums [groups, E] (groups =
@@ -201,36 +263,8 @@ __device__ void scan_counts(const AlignArgs& a, Segments seg, int32_t* table, in
   }
   __syncthreads();
 
-  // Exclusive scan of the padded counts: each thread a run of experts, then a scan of the runs.
-  __shared__ int32_t warp_sums[kScanThreads / kWarp];
-  const auto padded = [&](int e) { return (counts[e] + block_m - 1) / block_m * block_m; };
-  const int run = (E + threads - 1) / threads;
-  const int run_begin = min(E, t * run), run_end = min(E, run_begin + run);
-  int32_t run_sum = 0;
-  for (int e = run_begin; e < run_end; ++e) run_sum += padded(e);
-  const int lane = t % kWarp, warp = t / kWarp;
-  int32_t inclusive = run_sum;
-  for (int offset = 1; offset < kWarp; offset *= 2) {
-    const int32_t below = __shfl_up_sync(0xffffffff, inclusive, offset);
-    if (lane >= offset) inclusive += below;
-  }
-  if (lane == kWarp - 1) warp_sums[warp] = inclusive;
-  __syncthreads();
-  // The runs of the warps below: lane w holds warp w's sum, a shuffle reduction adds them.
-  int32_t below = lane < warp ? warp_sums[lane] : 0;
-  for (int offset = kWarp / 2; offset > 0; offset /= 2) {
-    below += __shfl_xor_sync(0xffffffff, below, offset);
-  }
-  int32_t before = below + inclusive - run_sum;
-  for (int e = run_begin; e < run_end; ++e) {
-    offsets[e] = before;
-    before += padded(e);
-  }
-  if (t == threads - 1) {
-    offsets[E] = before;
-    *a.num_pairs_post_padded = before;
-  }
-  __syncthreads();
+  padded_offsets(counts, E, block_m, offsets);
+  if (t == 0) *a.num_pairs_post_padded = offsets[E];
 
   // Counts become start positions: expert offset + pairs of that expert in earlier segments.
   for (int i = t; i < groups * E; i += threads) {
@@ -246,16 +280,7 @@ __device__ void scan_counts(const AlignArgs& a, Segments seg, int32_t* table, in
     }
   }
 
-  // Block b belongs to the last expert whose offset is at most b * block_m.
-  const int num_blocks = offsets[E] / block_m;
-  for (int b = t; b < num_blocks; b += threads) {
-    int low = 0, high = E;  // offsets[low] <= b * block_m < offsets[high]
-    while (high - low > 1) {
-      const int middle = (low + high) / 2;
-      (offsets[middle] <= b * block_m ? low : high) = middle;
-    }
-    a.expert_ids[b] = local_expert(a, low);
-  }
+  write_expert_ids(a, offsets, t, threads);
   // The padding, pair id num_pairs: every slot gets it here and the scatter, after a barrier or
   // in the next launch, overwrites the slots of pairs. All threads store consecutive slots, four at
   // a time where the output is 16-byte aligned. A warp per expert, storing only its padding, left
@@ -329,6 +354,93 @@ __global__ void __launch_bounds__(kScanThreads) single_block_kernel(AlignArgs a,
   }
 }
 
+// The cluster path (Hopper): the single block's phases spread over a cluster of thread blocks,
+// a segment per warp of the cluster, so that each warp walks a few steps. Each block sums its
+// warps' counts per expert; after a cluster barrier each block reads the other blocks' sums from
+// their shared memory and scans the experts itself. Each block then scatters its own pairs and
+// writes a share of the padding and of expert_ids. Only padding slots get the sentinel here, so no
+// two threads of the cluster write one slot.
+__global__ void __launch_bounds__(kScanThreads) cluster_kernel(AlignArgs a, Segments seg) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  namespace cg = cooperative_groups;
+  const cg::cluster_group cluster = cg::this_cluster();
+  const int rank = static_cast<int>(cluster.block_rank());
+  const int blocks = static_cast<int>(cluster.num_blocks());
+  const int t = threadIdx.x, lane = t % kWarp, warp = t / kWarp;
+  const int threads = blockDim.x, warps = threads / kWarp;
+  const int E = static_cast<int>(a.num_experts);
+  extern __shared__ int32_t shared[];
+  int32_t* rows = shared;                    // [warps, E]: counts, then each warp's next slots
+  int32_t* block_counts = rows + warps * E;  // [E]: this block's pairs per expert
+  int32_t* counts = block_counts + E;        // [E]: the batch's pairs per expert
+  int32_t* lower = counts + E;               // [E]: pairs of lower-ranked blocks per expert
+  int32_t* offsets = lower + E;              // [E + 1]
+  int32_t* row = rows + warp * E;
+  const int64_t s = static_cast<int64_t>(rank) * warps + warp;
+  const int64_t first = s * seg.pairs_per_segment;
+  const int64_t end = std::min(a.num_pairs, first + seg.pairs_per_segment);
+  const int64_t steps = std::max<int64_t>(0, (end - first + kWarp - 1) / kWarp);  // warp-uniform
+  // Segments of up to kStepsInFlight steps keep their ids in registers until the scatter; longer
+  // ones read them again there (from L2).
+  const bool in_registers = seg.pairs_per_segment <= kWarp * kStepsInFlight;
+  int32_t experts[kStepsInFlight];
+  if (in_registers) load_steps(a, first, end, experts);
+  zero_row(row, E);
+  if (in_registers) {
+#pragma unroll
+    for (int i = 0; i < kStepsInFlight; ++i) count_step(row, experts[i]);
+  } else {
+    walk_segment(a, seg, s, [&](int32_t expert, int64_t) { count_step(row, expert); });
+  }
+  __syncthreads();
+  // Each warp's row becomes the pairs of the block's lower warps per expert.
+  for (int e = t; e < E; e += threads) {
+    int32_t sum = 0;
+    for (int w = 0; w < warps; ++w) {
+      const int32_t count = rows[w * E + e];
+      rows[w * E + e] = sum;
+      sum += count;
+    }
+    block_counts[e] = sum;
+  }
+  cluster.sync();
+  for (int e = t; e < E; e += threads) {
+    int32_t sum = 0, below = 0;
+    for (int b = 0; b < blocks; ++b) {
+      if (b == rank) below = sum;
+      sum += cluster.map_shared_rank(block_counts, b)[e];
+    }
+    counts[e] = sum;
+    lower[e] = below;
+  }
+  auto reads_done = cluster.barrier_arrive();
+  __syncthreads();
+  padded_offsets(counts, E, static_cast<int>(a.block_m), offsets);
+  if (rank == 0 && t == 0) *a.num_pairs_post_padded = offsets[E];
+  for (int e = lane; e < E; e += kWarp) row[e] += offsets[e] + lower[e];
+  __syncwarp();
+  if (in_registers) {
+#pragma unroll
+    for (int i = 0; i < kStepsInFlight; ++i) {
+      if (i < steps) scatter_step(a, row, experts[i], first + i * kWarp);
+    }
+  } else {
+    walk_segment(a, seg, s, [&](int32_t expert, int64_t first_pair) {
+      scatter_step(a, row, expert, first_pair);
+    });
+  }
+  // The padding of expert e, by warp e of the cluster (then e + all its warps...).
+  const int32_t sentinel = static_cast<int32_t>(a.num_pairs);
+  for (int e = rank * warps + warp; e < E; e += blocks * warps) {
+    for (int i = offsets[e] + counts[e] + lane; i < offsets[e + 1]; i += kWarp) {
+      a.sorted_pair_ids[i] = sentinel;
+    }
+  }
+  write_expert_ids(a, offsets, rank * threads + t, blocks * threads);
+  cluster.barrier_wait(std::move(reads_done));  // no block leaves while others read its counts
+#endif
+}
+
 __global__ void tiny_kernel(AlignArgs a) {
   const int64_t p = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (p == 0) *a.num_pairs_post_padded = static_cast<int32_t>(a.num_pairs);
@@ -341,6 +453,68 @@ __global__ void tiny_kernel(AlignArgs a) {
 // Whether the pairs are sorted by single_block_kernel, which needs no scratch.
 bool fits_one_block(int64_t num_pairs, int64_t num_experts) {
   return num_pairs <= kSingleBlockPairs && num_experts <= kSingleBlockExperts;
+}
+
+// The launch of the cluster path for this many blocks and experts (`config.attrs` points into
+// the struct, so it is not copied).
+struct ClusterLaunch {
+  cudaLaunchAttribute attribute = {};
+  cudaLaunchConfig_t config = {};
+  ClusterLaunch(int blocks, int64_t num_experts, cudaStream_t stream) {
+    attribute.id = cudaLaunchAttributeClusterDimension;
+    attribute.val.clusterDim.x = static_cast<unsigned>(blocks);
+    attribute.val.clusterDim.y = 1;
+    attribute.val.clusterDim.z = 1;
+    config.gridDim = dim3(static_cast<unsigned>(blocks));
+    config.blockDim = dim3(kScanThreads);
+    config.dynamicSmemBytes =
+        static_cast<size_t>((kScanThreads / kWarp + 4) * num_experts + 1) * sizeof(int32_t);
+    config.stream = stream;
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+  }
+  ClusterLaunch(const ClusterLaunch&) = delete;
+  ClusterLaunch& operator=(const ClusterLaunch&) = delete;
+};
+
+// Whether the current GPU runs the largest cluster: Hopper or later, and enough multiprocessors
+// in one cluster's reach (a MIG slice may have fewer). Asked once per device.
+bool clusters_run() {
+  static std::array<std::atomic<int>, kDevicesRemembered> known{};  // 0 unknown, 1 no, 2 yes
+  int device = 0;
+  check(cudaGetDevice(&device), "cudaGetDevice");
+  const bool remembered = device >= 0 && device < kDevicesRemembered;
+  if (remembered && known[device].load(std::memory_order_acquire) != 0) {
+    return known[device].load(std::memory_order_relaxed) == 2;
+  }
+  int major = 0, active = 0;
+  check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device),
+        "cudaDeviceGetAttribute(compute capability)");
+  if (major >= 9) {
+    ClusterLaunch largest(kMaxClusterBlocks, kSingleBlockExperts, nullptr);
+    check(cudaOccupancyMaxActiveClusters(&active, cluster_kernel, &largest.config),
+          "cudaOccupancyMaxActiveClusters(align cluster_kernel)");
+  }
+  if (remembered) known[device].store(active > 0 ? 2 : 1, std::memory_order_release);
+  return active > 0;
+}
+
+// Blocks of the cluster path for this batch: 0 where the single block does (small batches), or
+// where the GPU has no clusters or the rows of E counts per warp do not fit.
+int cluster_blocks_for(int64_t num_pairs, int64_t num_experts) {
+  if (num_experts > kSingleBlockExperts) return 0;
+  const int64_t blocks = std::min<int64_t>(
+      kMaxClusterBlocks, (num_pairs + kClusterBlockPairs - 1) / kClusterBlockPairs);
+  return blocks >= 2 && clusters_run() ? static_cast<int>(blocks) : 0;
+}
+
+void launch_cluster(const AlignArgs& args, int blocks, cudaStream_t stream) {
+  const int64_t warps = blocks * (kScanThreads / kWarp);
+  int64_t length = (args.num_pairs + warps - 1) / warps;
+  length = std::max<int64_t>(kWarp, (length + kWarp - 1) / kWarp * kWarp);
+  ClusterLaunch launch(blocks, args.num_experts, stream);
+  check(cudaLaunchKernelEx(&launch.config, cluster_kernel, args, Segments{length, warps}),
+        "cudaLaunchKernelEx(align cluster_kernel)");
 }
 
 }  // namespace
@@ -357,6 +531,10 @@ size_t align_scratch_bytes(int64_t num_pairs, int64_t num_experts) {
 
 void align_block_size(const AlignArgs& args, cudaStream_t stream) {
   const int64_t E = args.num_experts;
+  if (const int blocks = cluster_blocks_for(args.num_pairs, E); blocks > 0) {
+    launch_cluster(args, blocks, stream);
+    return;
+  }
   if (fits_one_block(args.num_pairs, E)) {
     const SingleBlock block = single_block_for(args.num_pairs, E);
     const size_t bytes = static_cast<size_t>(block.threads / kWarp * E) * sizeof(int32_t) +

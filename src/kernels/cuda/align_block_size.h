@@ -1,4 +1,4 @@
-// align_block_size on the GPU: one launch, same layout as the CPU kernel (kernels/cpu), so the
+// align_block_size on the GPU, with the same layout as the CPU kernel (kernels/cpu), so the
 // grouped GEMMs of every backend read the same thing. See include/moe/align.h for the meaning.
 #pragma once
 
@@ -23,12 +23,14 @@ struct AlignArgs {
 };
 
 // Device scratch align_block_size needs for num_pairs pairs over num_experts experts: none up to
-// 8192 pairs and 256 experts (one launch), at most 512 KiB whatever the sizes.
+// 8192 pairs and 256 experts, at most 512 KiB whatever the sizes (the three-launch path's; the
+// cluster path, which takes those batches on Hopper, leaves it unused).
 size_t align_scratch_bytes(int64_t num_pairs, int64_t num_experts);
 
 // The sorted layout: pair ids grouped by expert, ascending inside each group (stable), each group
 // padded to a multiple of block_m. A counting sort over segments of the pairs: one launch for up to
-// 8192 pairs and 256 experts, three beyond; no host synchronization.
+// 8192 pairs and 256 experts, and on Hopper for any number of pairs over up to 256 experts; three
+// launches otherwise. No host synchronization.
 void align_block_size(const AlignArgs& args, cudaStream_t stream);
 
 // The tiny-batch layout (block_m must be 1): pair i alone in block i, no sort.
