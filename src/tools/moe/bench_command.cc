@@ -2,11 +2,11 @@
 // (default) also over weight dtypes and instruction-set paths; with --device cuda over the GPU
 // kernel plans (cuda_bench.h). Each figure is the median time of the experts half of the layer
 // (align, gemm1 + act, gemm2 + weight, sum; routing excluded) over calls that each get a new
-// uniform random top-k routing and the next of several copies of the layer's weights, so weights
-// stream from memory as in a model of many layers. Next to it: the floor from this run's own
-// streaming-read bandwidth and the path's own peak, and the fraction of the floor reached.
-// With --ep, one layer end to end over MPI ranks (CPU, or one GPU each with --device cuda) on a
-// routing trace instead (ep_bench.h).
+// top-k routing (uniform random, or balanced with --routing) and the next of several copies of
+// the layer's weights, so weights stream from memory as in a model of many layers. Next to it: the
+// floor from this run's own streaming-read bandwidth and the path's own peak, and the fraction of
+// the floor reached. With --ep, one layer end to end over MPI ranks (CPU, or one GPU each with
+// --device cuda) on a routing trace instead (ep_bench.h).
 #include <omp.h>
 
 #include <algorithm>
@@ -48,6 +48,7 @@ struct BenchOptions {
   int64_t block_m = 0;
   int64_t bandwidth_mb = 1024;
   uint64_t seed = 0;
+  std::string routing = "uniform";  // or "balanced" (experts_sweep.h)
   bool json = false;
   bool csv = false;
   bool interleave = false;
@@ -73,6 +74,10 @@ void bench_ep_command(const BenchOptions& o) {
   if (o.csv) fail("--csv: moe bench --ep prints a table or --json");
   if (o.sweep || !o.plans.empty() || !o.output.empty()) {
     fail("--sweep, --plans and --output belong to --device cuda");
+  }
+  if (o.routing != "uniform") {
+    fail("--routing: --ep routes by a trace (--trace, or the synthetic one of --zipf); got {}",
+         o.routing);
   }
   if (o.dtypes.size() != 1) {
     fail("--dtypes: expected one dtype with --ep; got {}", o.dtypes.size());
@@ -119,6 +124,7 @@ void bench_cuda(const BenchOptions& o) {
   command.json = o.json;
   command.output = o.output;
   command.seed = o.seed;
+  command.balanced = o.routing == "balanced";
   run_cuda_bench_command(command);
 #else
   fail("--device cuda: this build has no CUDA backend (configure with MOE_WITH_CUDA=ON)");
@@ -212,6 +218,7 @@ nlohmann::json results_json(const MoeConfig& config, const std::vector<Result>& 
           {"top_k", config.routing.top_k},
           {"threads", threads},
           {"copies", o.copies},
+          {"routing", o.routing},
           {"cpu_features", cpu_feature_names()},
           {"bandwidth_gb_s", bandwidth},
           {"results", points}};
@@ -303,6 +310,7 @@ void bench(const BenchOptions& o) {
         s.repeats = o.repeats;
         s.budget_s = o.budget_s;
         s.seed = o.seed + static_cast<uint64_t>(tokens) * 7919;
+        s.balanced = o.routing == "balanced";
         s.hidden_dtype = dtype;
         s.bandwidth_gb_s = bandwidth;
         const std::vector<InterleavedPoint> points = measure_interleaved(variants, peaks, s);
@@ -322,10 +330,10 @@ void bench(const BenchOptions& o) {
   if (table) {
     fmt::print(
         "\nms/layer: median of the experts half (align, gemm1+act, gemm2+weight, sum; routing "
-        "excluded),\n  a new uniform top-{} routing and the next weight copy on every call. "
+        "excluded),\n  a new {} top-{} routing and the next weight copy on every call. "
         "floor = max(bytes of the\n  distinct experts touched / bandwidth, flops / peak of the "
         "path), both measured above.\n",
-        config.routing.top_k);
+        o.routing, config.routing.top_k);
   }
 }
 
@@ -381,6 +389,11 @@ void add_bench_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--seed", options->seed, "Seed of the weights, inputs and routings")
       ->capture_default_str();
+  cmd->add_option("--routing", options->routing,
+                  "uniform: k distinct random experts per token; balanced: pair p to expert "
+                  "(first + p) mod E, every expert the same number of pairs (no padding spread)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"uniform", "balanced"}));
   CLI::Option* json = cmd->add_flag("--json", options->json, "Print one JSON object");
   cmd->add_flag("--csv", options->csv, "Print CSV, one line per point")->excludes(json);
   cmd->add_flag("--interleave", options->interleave,

@@ -19,6 +19,7 @@
 #include "kernels/experts_problem.h"
 #include "moe/error.h"
 #include "ops/cuda_plan_table.h"
+#include "tools/moe/experts_sweep.h"
 
 namespace moe::cli {
 namespace {
@@ -85,15 +86,16 @@ std::vector<cuda::ExpertsPlan> candidate_plans(const ExpertsProblem& problem) {
   return plans;
 }
 
-// One routing: k distinct uniform experts per token, weights that sum to one.
-struct Routing {
+// One routing set's pairs, on the host.
+struct RoutingSet {
   std::vector<int32_t> ids;
   std::vector<float> weights;
   int64_t distinct = 0;
 };
 
-Routing random_routing(int64_t tokens, int64_t k, int64_t experts, std::mt19937_64& rng) {
-  Routing r;
+// k distinct uniform experts per token, weights that sum to one.
+RoutingSet random_routing(int64_t tokens, int64_t k, int64_t experts, std::mt19937_64& rng) {
+  RoutingSet r;
   r.ids.resize(tokens * k);
   r.weights.resize(tokens * k);
   std::vector<int32_t> pool(experts);
@@ -112,6 +114,16 @@ Routing random_routing(int64_t tokens, int64_t k, int64_t experts, std::mt19937_
     for (int64_t j = 0; j < k; ++j) r.weights[t * k + j] /= sum;
   }
   r.distinct = std::count(touched.begin(), touched.end(), true);
+  return r;
+}
+
+// experts_sweep.h's balanced routing, pairs from `first` on.
+RoutingSet balanced_routing_set(int64_t tokens, int64_t k, int64_t experts, int64_t first) {
+  RoutingSet r;
+  r.ids.resize(tokens * k);
+  r.weights.assign(tokens * k, 1.0f / static_cast<float>(k));
+  for (int64_t p = 0; p < tokens * k; ++p) r.ids[p] = balanced_expert(first, p, experts);
+  r.distinct = std::min(tokens * k, experts);
   return r;
 }
 
@@ -198,7 +210,10 @@ std::vector<CudaBenchRow> run_cuda_bench(const MoeConfig& config, const CudaBenc
     std::vector<ExpertsProblem> problems(options.routing_sets);
     double distinct = 0;
     for (int s = 0; s < options.routing_sets; ++s) {
-      const Routing routing = random_routing(tokens, k, E, rng);
+      // Balanced sets follow each other, so small batches still touch other experts each time.
+      const RoutingSet routing = options.balanced
+                                     ? balanced_routing_set(tokens, k, E, s * tokens * k)
+                                     : random_routing(tokens, k, E, rng);
       distinct += static_cast<double>(routing.distinct) / options.routing_sets;
       upload(ids[s], routing.ids.data(), routing.ids.size() * sizeof(int32_t));
       upload(weights[s], routing.weights.data(), routing.weights.size() * sizeof(float));
@@ -326,6 +341,7 @@ void run_cuda_bench_command(const CudaBenchCommand& o) {
   options.sweep = o.sweep;
   options.plans = o.plans;
   options.seed = o.seed;
+  options.balanced = o.balanced;
   const std::vector<CudaBenchRow> rows = run_cuda_bench(config, options, ceilings);
 
   {
@@ -333,6 +349,7 @@ void run_cuda_bench_command(const CudaBenchCommand& o) {
                              {"device", ceilings.device_name},
                              {"copy_bytes_per_s", ceilings.copy_bytes_per_s},
                              {"bf16_flops_per_s", ceilings.bf16_flops_per_s},
+                             {"routing", o.balanced ? "balanced" : "uniform"},
                              {"rows", nlohmann::json::array()}};
     for (const CudaBenchRow& r : rows) {
       if (!r.cannot_run.empty()) {
@@ -364,11 +381,12 @@ void run_cuda_bench_command(const CudaBenchCommand& o) {
   fmt::print(
       "moe bench: {} (H {}, I {}, E {}, k {}) bf16 on {}\n"
       "ceilings measured in this run: copy {:.2f} TB/s (read + write), bf16 GEMM {:.0f} TFLOP/s\n"
-      "times: median of CUDA-graph replays over 8 rotating routings; stages: mean of one "
+      "times: median of CUDA-graph replays over 8 rotating {} routings; stages: mean of one "
       "un-captured call per routing, after an untimed one\n\n",
       o.preset, config.experts.hidden_size, config.experts.intermediate_size,
       config.routing.num_experts, config.routing.top_k, ceilings.device_name,
-      ceilings.copy_bytes_per_s / 1e12, ceilings.bf16_flops_per_s / 1e12);
+      ceilings.copy_bytes_per_s / 1e12, ceilings.bf16_flops_per_s / 1e12,
+      o.balanced ? "balanced" : "uniform");
   fmt::print("{:>6} {:>10} {:>10} {:>9} {:>8} {:>8} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>8}\n",
              "tokens", "plan", "us", "floor us", "floor %", "TFLOP/s", "TB/s", "align", "gemm1",
              "gemm2", "sum", "experts", "work MB");

@@ -18,6 +18,7 @@ struct CudaBenchOptions {
   // also time these (plan names: "tma/128") at every size where they can run
   std::vector<std::string> plans;
   uint64_t seed = 0;
+  bool balanced = false;  // balanced routings (experts_sweep.h) instead of uniform random ones
 };
 
 // The two ceilings of the floor, measured on the current GPU.
@@ -53,6 +54,7 @@ struct CudaBenchCommand {
   bool json = false;
   std::string output;
   uint64_t seed = 0;
+  bool balanced = false;
 };
 void run_cuda_bench_command(const CudaBenchCommand& options);
 

@@ -48,6 +48,21 @@ double median(std::vector<double> values) {
   return values[values.size() / 2];
 }
 
+// The routing's statistics from its pairs per expert.
+void count_rows(Routing& r, const std::vector<int64_t>& rows) {
+  r.rows_min = INT64_MAX;
+  int64_t pairs = 0;
+  for (int64_t count : rows) {
+    pairs += count;
+    if (count == 0) continue;
+    ++r.experts_touched;
+    r.rows_min = std::min(r.rows_min, count);
+    r.rows_max = std::max(r.rows_max, count);
+  }
+  if (r.experts_touched == 0) r.rows_min = 0;
+  r.rows_mean = r.experts_touched ? static_cast<double>(pairs) / r.experts_touched : 0;
+}
+
 }  // namespace
 
 double measure_read_bandwidth(int threads, int64_t bytes, int passes) {
@@ -112,15 +127,26 @@ Routing uniform_routing(int64_t tokens, int64_t num_experts, int64_t top_k, uint
     }
     for (int64_t j = 0; j < top_k; ++j) r.weights.data<float>()[t * top_k + j] /= total;
   }
-  r.rows_min = INT64_MAX;
-  for (int64_t count : rows) {
-    if (count == 0) continue;
-    ++r.experts_touched;
-    r.rows_min = std::min(r.rows_min, count);
-    r.rows_max = std::max(r.rows_max, count);
+  count_rows(r, rows);
+  return r;
+}
+
+int32_t balanced_expert(int64_t first, int64_t pair, int64_t num_experts) {
+  return static_cast<int32_t>((first + pair) % num_experts);
+}
+
+Routing balanced_routing(int64_t tokens, int64_t num_experts, int64_t top_k, int64_t first) {
+  Routing r;
+  r.ids = Tensor(DType::kI32, {tokens, top_k});
+  r.weights = Tensor(DType::kF32, {tokens, top_k});
+  std::vector<int64_t> rows(static_cast<size_t>(num_experts), 0);
+  for (int64_t p = 0; p < tokens * top_k; ++p) {
+    const int32_t expert = balanced_expert(first, p, num_experts);
+    r.ids.data<int32_t>()[p] = expert;
+    r.weights.data<float>()[p] = 1.0f / static_cast<float>(top_k);
+    ++rows[expert];
   }
-  if (r.experts_touched == 0) r.rows_min = 0;
-  r.rows_mean = r.experts_touched ? static_cast<double>(tokens * top_k) / r.experts_touched : 0;
+  count_rows(r, rows);
   return r;
 }
 
@@ -172,7 +198,9 @@ std::vector<InterleavedPoint> measure_interleaved(
   for (int r = 0; r < s.repeats; ++r) {
     if (r > 0 && seconds_since(budget_start) > s.budget_s) break;
     // The routing changes every round; within a round every variant gets the same one.
-    routings.push_back(uniform_routing(s.tokens, E, k, s.seed + 1 + r));
+    const int64_t pairs = s.tokens * k;
+    routings.push_back(s.balanced ? balanced_routing(s.tokens, E, k, r * pairs)
+                                  : uniform_routing(s.tokens, E, k, s.seed + 1 + r));
     const Routing& routing = routings.back();
     for (size_t i = 0; i < count; ++i) {
       const size_t v = (static_cast<size_t>(r) + i) % count;  // the order rotates every round
@@ -180,7 +208,8 @@ std::vector<InterleavedPoint> measure_interleaved(
       MoeLayer& layer = copies[static_cast<size_t>(r) % copies.size()];
       if (static_cast<size_t>(r) < copies.size()) {
         // A copy's first call at this size sizes its workspace and is not timed.
-        const Routing warm = uniform_routing(s.tokens, E, k, s.seed + 1000 + r);
+        const Routing warm = s.balanced ? balanced_routing(s.tokens, E, k, (1000 + r) * pairs)
+                                        : uniform_routing(s.tokens, E, k, s.seed + 1000 + r);
         layer.forward_experts(hidden, warm.ids, warm.weights, out);
       }
       const auto start = std::chrono::steady_clock::now();

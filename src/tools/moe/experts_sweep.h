@@ -1,6 +1,6 @@
 // The measurements behind `moe bench` and bench/experts_bench.cc: this machine's streaming-read
 // bandwidth and each path's peak, measured on the thread count of the run, and timed experts
-// calls on uniform random routings next to the floor those ceilings imply:
+// calls on uniform random (or balanced) routings next to the floor those ceilings imply:
 //   floor = max(bytes of the distinct experts touched / bandwidth, flops / peak of the path)
 #pragma once
 
@@ -31,6 +31,13 @@ struct Routing {
 };
 Routing uniform_routing(int64_t tokens, int64_t num_experts, int64_t top_k, uint64_t seed);
 
+// Balanced top-k routing: pair p goes to expert (first + p) mod E, so every expert gets the same
+// number of pairs to within one and a token's k experts are distinct (k <= E); weights 1/k. It
+// takes the padding and the spread of real routings out of a timing. `first` moves from routing
+// to routing, so that small batches touch other experts each time.
+int32_t balanced_expert(int64_t first, int64_t pair, int64_t num_experts);
+Routing balanced_routing(int64_t tokens, int64_t num_experts, int64_t top_k, int64_t first);
+
 // Bytes the experts of one call must read (each touched expert once, plus the shared experts)
 // and the flops they do (2 per multiply-add), in `weight_dtype`.
 struct ExpertsWork {
@@ -45,6 +52,7 @@ struct SweepSettings {
   int repeats = 5;       // timed calls; the median is reported
   double budget_s = 30;  // no call starts after this much time (one always runs)
   uint64_t seed = 0;
+  bool balanced = false;  // balanced_routing instead of uniform_routing
   DType hidden_dtype = DType::kBF16;
   double bandwidth_gb_s = 0;  // measured in the same run
 };
