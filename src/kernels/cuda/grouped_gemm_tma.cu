@@ -582,7 +582,9 @@ __global__ void __launch_bounds__(TmaTile<kBlockM>::kThreads, 1)
     // wait for it is the one the mainloop would start with (decided here, before the mainloop: a
     // branch inside it makes ptxas serialize the wgmma instructions). On the H200 this took
     // tma_dynamic/128 1-4% faster but tma/128 and tma_pair/128 1-9% slower at 4096 and more
-    // tokens (cause not found), so only the dynamic walk does it.
+    // tokens (tma/128 level at 1024), so only the dynamic walk does it. There Qwen3-30B-A3B's
+    // loads take as long as its MMAs (docs/cuda.md, "A stage taken apart"), so saving MMAs alone
+    // cannot pay; why it costs was not found.
     bool idle = !work.rows;
     if (kSplitRows && kDynamic && !idle && k_tiles > 0) {
       barrier_wait(full_barrier(ring.stage), ring.phase);
