@@ -87,7 +87,10 @@ std::vector<cuda::ExpertsPlan> plans_for(const ExpertsCase& c) {
       for (const cuda::GemmKernel kernel :
            {cuda::GemmKernel::kWgmma, cuda::GemmKernel::kTma, cuda::GemmKernel::kTmaEager,
             cuda::GemmKernel::kTmaPair, cuda::GemmKernel::kTmaDynamic}) {
-        for (int64_t block_m : {64, 128}) plans.push_back({kernel, block_m, false});
+        for (int64_t block_m : {16, 64, 128}) {
+          if (block_m == 16 && kernel == cuda::GemmKernel::kWgmma) continue;
+          plans.push_back({kernel, block_m, false});
+        }
       }
     }
   }
@@ -221,6 +224,32 @@ TEST_F(CudaFusedExperts, TinyBatchPlansRepeatExactlyThroughOneRunner) {
   }
 }
 
+// The tma kernels' short blocks (block_m 16) compute 64 accumulator rows, 48 of them from the
+// stage's weights behind the block's rows, and must store none of those: experts with one pair,
+// with more pairs than a block holds, skew, an expert map, and more tiles than multiprocessors.
+TEST_F(CudaFusedExperts, ShortBlocksMatchTheReference) {
+  if (!cuda::wgmma_available()) GTEST_SKIP() << "the tma kernels need an sm_90 GPU";
+  ExpertsCase skewed = bf16_case(120, 64, 48, 12, 3, 350);
+  skewed.routing = testing::Routing::kSkewed;
+  ExpertsCase mapped = bf16_case(90, 96, 40, 12, 4, 351);
+  mapped.expert_map = true;
+  const std::vector<ExpertsCase> cases = {bf16_case(1, 2048, 768, 128, 8, 352),
+                                          bf16_case(40, 264, 136, 6, 3, 353),  // 20 pairs each
+                                          bf16_case(700, 264, 136, 24, 6, 354), skewed, mapped};
+  for (const ExpertsCase& c : cases) {
+    SCOPED_TRACE(c.describe());
+    const ExpertsInputs in = testing::make_inputs(c);
+    const Tensor want = testing::run_reference_f32(in);
+    for (const cuda::GemmKernel kernel :
+         {cuda::GemmKernel::kTma, cuda::GemmKernel::kTmaEager, cuda::GemmKernel::kTmaPair,
+          cuda::GemmKernel::kTmaDynamic}) {
+      const cuda::ExpertsPlan plan{kernel, 16, false};
+      expect_close(Tensor::copy_of(run_plan(in, plan), DType::kF32), want,
+                   cuda_plans::plan_name(plan));
+    }
+  }
+}
+
 // tma_dynamic takes its tiles from a counter that each launch leaves zero for the next (no memset
 // runs before it): one runner on routing A, B, then A again, with more tiles than a GPU has
 // multiprocessors and a batch of two chunks, matches the reference each time and gives A's bits
@@ -238,7 +267,7 @@ TEST_F(CudaFusedExperts, TileCounterPlansRepeatExactlyThroughOneRunner) {
     ExpertsCase other = c;
     other.seed += 1000;
     const ExpertsInputs b = testing::make_inputs(other);
-    for (int64_t block_m : {64, 128}) {
+    for (int64_t block_m : {16, 64, 128}) {
       const cuda::ExpertsPlan plan{cuda::GemmKernel::kTmaDynamic, block_m, false};
       SCOPED_TRACE(cuda_plans::plan_name(plan));
       expect_repeats_through_one_runner(a, b, plan);
@@ -258,7 +287,7 @@ TEST_F(CudaFusedExperts, CapturedGraphsReplayTheUncapturedBits) {
   if (cuda::wgmma_available()) {
     for (const cuda::GemmKernel kernel :
          {cuda::GemmKernel::kTma, cuda::GemmKernel::kTmaPair, cuda::GemmKernel::kTmaDynamic}) {
-      for (int64_t block_m : {64, 128}) plans.push_back({kernel, block_m, false});
+      for (int64_t block_m : {16, 64, 128}) plans.push_back({kernel, block_m, false});
     }
   }
   // 50 rows per expert (gemm2 behind gemm1), 375 rows per expert (not), and a decode size.

@@ -182,7 +182,7 @@ TEST(CudaPlanTable, RejectsBadFilesNamingFileEntryAndProblem) {
       {R"({"4": {"kernel": "stream", "block_m": 17}})", {"entry \"4\"", "[1, 16]; got 17"}},
       {R"({"4": {"kernel": "mma", "block_m": 8}})", {"entry \"4\"", "got 8"}},
       {R"({"4": {"kernel": "wgmma", "block_m": 32}})", {"entry \"4\"", "64 or 128; got 32"}},
-      {R"({"4": {"kernel": "tma", "block_m": 16}})", {"entry \"4\"", "tma", "64 or 128; got 16"}},
+      {R"({"4": {"kernel": "tma", "block_m": 32}})", {"entry \"4\"", "tma", "16, 64 or 128; got 32"}},
       {R"({"4": {"kernel": "tma", "block_m": 1, "tiny_batch": true}})",
        {"entry \"4\"", "tiny-batch"}},
       {R"({"4": {"kernel": "mma", "block_m": 64, "tiny_batch": true}})",

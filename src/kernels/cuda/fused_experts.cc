@@ -159,7 +159,8 @@ std::string why_plan_cannot_run(const ExpertsPlan& plan, const ExpertsProblem& p
     const char* name = wgmma ? "wgmma" : "tma";
     if (!wgmma_available()) return fmt::format("the {} kernel needs a Hopper GPU (sm_90)", name);
     if (wgmma ? !wgmma_supports_block_m(plan.block_m) : !tma_supports_block_m(plan.block_m)) {
-      return fmt::format("the {} kernel takes block_m 64 or 128; got {}", name, plan.block_m);
+      return fmt::format("the {} kernel takes block_m {}; got {}", name,
+                         wgmma ? "64 or 128" : "16, 64 or 128", plan.block_m);
     }
   }
   if (plan.kernel != GemmKernel::kStream) {

@@ -12,7 +12,9 @@ bool mma_supports_block_m(int64_t block_m) {
 
 bool wgmma_supports_block_m(int64_t block_m) { return block_m == 64 || block_m == 128; }
 
-bool tma_supports_block_m(int64_t block_m) { return wgmma_supports_block_m(block_m); }
+bool tma_supports_block_m(int64_t block_m) {
+  return block_m == 16 || wgmma_supports_block_m(block_m);
+}
 
 bool mma_supports(const GroupedGemmArgs& args) {
   return args.k_dim % 8 == 0 && aligned16(args.input) && aligned16(args.weights);
@@ -61,7 +63,7 @@ void grouped_gemm(GemmKernel kernel, bool gated, const GroupedGemmArgs& args, cu
       if (!tma_supports_block_m(args.block_m) || !mma_supports(args) || args.out_columns % 8 != 0 ||
           !aligned16(args.out)) {
         fail(
-            "grouped_gemm: the tma kernel needs block_m 64 or 128, K % 8 == 0, output columns % "
+            "grouped_gemm: the tma kernel needs block_m 16, 64 or 128, K % 8 == 0, output columns % "
             "8 == 0 and 16-byte aligned rows; got block_m {}, K {}, output columns {}",
             args.block_m, args.k_dim, args.out_columns);
       }

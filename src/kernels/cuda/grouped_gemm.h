@@ -102,7 +102,7 @@ bool mma_supports_block_m(int64_t block_m);  // 16, 32, 64 or 128
 // block_m is 64 (one warpgroup) or 128 (two).
 bool wgmma_available();
 bool wgmma_supports_block_m(int64_t block_m);  // 64 or 128
-// The tma kernels' (kTma, kTmaEager, kTmaPair, kTmaDynamic): 64 or 128, as wgmma's.
+// The tma kernels' (kTma, kTmaEager, kTmaPair, kTmaDynamic): 64 or 128, as wgmma's, or 16.
 bool tma_supports_block_m(int64_t block_m);
 
 // The tensor-core kernels need 16-byte aligned rows: K % 8 == 0 and aligned base pointers.

@@ -44,11 +44,12 @@
 // at most of DeepSeek-V3's sizes from 16 tokens on (0.5-1.5% ahead of tma_pair/128 at 4096 and
 // 16384), loses at Qwen3-30B-A3B's. Tiles: block_m 128: each consumer warpgroup takes 64 of the
 // rows and all 256 weight rows (m64n256k16); block_m 64: both take the 64 rows and 128 of the
-// weight rows (m64n128k16). gemm1's weight rows are, per consumer warpgroup, gate rows then the
-// matching up rows, so each thread holds gate and up of the same output element.
+// weight rows (m64n128k16); block_m 16 (short blocks, for decode sizes) as 64, with a stage of
+// 16 rows (TmaTile). gemm1's weight rows are, per consumer warpgroup, gate rows then the matching
+// up rows, so each thread holds gate and up of the same output element.
 //
-// Tested by tests/cuda/fused_experts_test.cc (plans tma, tma_eager, tma_pair and tma_dynamic at 64
-// and 128) against the reference.
+// Tested by tests/cuda/fused_experts_test.cc (plans tma, tma_eager, tma_pair and tma_dynamic at
+// 16, 64 and 128) against the reference.
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <cuda_bf16.h>
@@ -75,8 +76,13 @@ constexpr int kProducerThreads = 128;
 template <int kBlockM>
 struct TmaTile {
   static constexpr int kWarpGroupRows = 64;
-  static_assert(kBlockM == kWarpGroupRows || kBlockM == 2 * kWarpGroupRows,
-                "one or two 64-row wgmma tiles");
+  // block_m 16: a short block for decode sizes, where an expert sees a few pairs. Its wgmma
+  // still reads 64 rows of A: the block's 16, then 48 rows' worth of the stage's weight tile right
+  // behind them, whose products land in accumulator rows the epilogue never stores. The stage
+  // keeps 2 KiB of rows instead of 8, so six stages of weights fit where five did (five measured
+  // the same on the H200).
+  static_assert(kBlockM == 16 || kBlockM == kWarpGroupRows || kBlockM == 2 * kWarpGroupRows,
+                "a short block, or one or two 64-row wgmma tiles");
   static constexpr int kConsumerWarps = 8;  // two warpgroups
   static constexpr int kThreads = kProducerThreads + kConsumerWarps * 32;
   // The producer needs few registers; the consumers hold up to 128 f32 accumulators each. The
@@ -88,10 +94,11 @@ struct TmaTile {
   // block_m 128: the warpgroups split the rows; 64: they split the weight rows.
   static constexpr int kSplitN = kBlockM == 128 ? 1 : 2;
   static constexpr int kWarpGroupN = kTileN / kSplitN;  // weight rows per consumer warpgroup
-  static constexpr int kStages = kBlockM == 128 ? 4 : 5;
+  static constexpr int kStages = kBlockM == 128 ? 4 : (kBlockM == 64 ? 5 : 6);
   static constexpr int kABytes = kBlockM * kRowBytes;
   static constexpr int kBBytes = kTileN * kRowBytes;
   static constexpr int kStageBytes = kABytes + kBBytes;  // a multiple of 1024: tiles stay aligned
+  static_assert(kStageBytes - kWarpGroupRows * kRowBytes >= 0, "a wgmma's A stays in its stage");
   static constexpr size_t kSharedBytes = size_t{kStages} * kStageBytes + 1024;  // + alignment
   static constexpr int kRowsPerProducer = kBlockM * 8 / kProducerThreads;  // 16-byte copies each
   static_assert(kStageBytes % 1024 == 0, "the 128-byte swizzle repeats every 1024 bytes");
@@ -604,7 +611,8 @@ __global__ void __launch_bounds__(TmaTile<kBlockM>::kThreads, 1)
     float scale[2];
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      const int32_t p = a.sorted_pair_ids[work.block * kBlockM + first_row + half * 8];
+      const int row = first_row + half * 8;  // past kBlockM in a short block: not the block's
+      const int32_t p = row < kBlockM ? a.sorted_pair_ids[work.block * kBlockM + row] : -1;
       pair[half] = p >= 0 && p < a.num_pairs ? p : -1;
       scale[half] =
           (!kGated && a.topk_weights != nullptr && pair[half] >= 0) ? a.topk_weights[p] : 1.0f;
@@ -844,7 +852,9 @@ void tma_grouped_gemm(GemmKernel kernel, bool gated, const GroupedGemmArgs& args
                       cudaStream_t stream) {
   // 128 rows: half the input traffic per flop; 64 rows, for experts with fewer pairs: less padding
   // computed.
-  if (args.block_m == 64) {
+  if (args.block_m == 16) {
+    launch_variant<16>(kernel, gated, args, stream);
+  } else if (args.block_m == 64) {
     launch_variant<64>(kernel, gated, args, stream);
   } else {
     launch_variant<128>(kernel, gated, args, stream);

@@ -79,7 +79,13 @@ std::vector<cuda::ExpertsPlan> candidate_plans(const ExpertsProblem& problem) {
       for (const cuda::GemmKernel kernel :
            {cuda::GemmKernel::kWgmma, cuda::GemmKernel::kTma, cuda::GemmKernel::kTmaEager,
             cuda::GemmKernel::kTmaPair, cuda::GemmKernel::kTmaDynamic}) {
-        for (int64_t block_m : {64, 128}) plans.push_back({kernel, block_m, false});
+        for (int64_t block_m : {16, 64, 128}) {
+          // Short blocks (no wgmma kernel) only where an expert's pairs mostly fit one.
+          if (block_m == 16 && (kernel == cuda::GemmKernel::kWgmma || rows_per_expert > 16)) {
+            continue;
+          }
+          plans.push_back({kernel, block_m, false});
+        }
       }
     }
   }
