@@ -44,8 +44,8 @@ std::string why_malformed(const cuda::ExpertsPlan& plan) {
     case cuda::GemmKernel::kTmaPair:
     case cuda::GemmKernel::kTmaDynamic:
       if (cuda::tma_supports_block_m(plan.block_m)) return {};
-      return fmt::format("the {} kernel takes block_m 16, 64 or 128; got {}", kernel_name(plan.kernel),
-                         plan.block_m);
+      return fmt::format("the {} kernel takes block_m 16, 64 or 128; got {}",
+                         kernel_name(plan.kernel), plan.block_m);
   }
   return fmt::format("unsupported kernel: {}", static_cast<int>(plan.kernel));
 }

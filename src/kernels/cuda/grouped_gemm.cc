@@ -63,8 +63,8 @@ void grouped_gemm(GemmKernel kernel, bool gated, const GroupedGemmArgs& args, cu
       if (!tma_supports_block_m(args.block_m) || !mma_supports(args) || args.out_columns % 8 != 0 ||
           !aligned16(args.out)) {
         fail(
-            "grouped_gemm: the tma kernel needs block_m 16, 64 or 128, K % 8 == 0, output columns % "
-            "8 == 0 and 16-byte aligned rows; got block_m {}, K {}, output columns {}",
+            "grouped_gemm: the tma kernel needs block_m 16, 64 or 128, K % 8 == 0, output "
+            "columns % 8 == 0 and 16-byte aligned rows; got block_m {}, K {}, output columns {}",
             args.block_m, args.k_dim, args.out_columns);
       }
       tma_grouped_gemm(kernel, gated, args, stream);
