@@ -98,7 +98,7 @@ struct TmaTile {
   static constexpr int kABytes = kBlockM * kRowBytes;
   static constexpr int kBBytes = kTileN * kRowBytes;
   static constexpr int kStageBytes = kABytes + kBBytes;  // a multiple of 1024: tiles stay aligned
-  static_assert(kStageBytes - kWarpGroupRows * kRowBytes >= 0, "a wgmma's A stays in its stage");
+  static_assert(kStageBytes >= kWarpGroupRows * kRowBytes, "a wgmma's A stays in its stage");
   static constexpr size_t kSharedBytes = size_t{kStages} * kStageBytes + 1024;  // + alignment
   static constexpr int kRowsPerProducer = kBlockM * 8 / kProducerThreads;  // 16-byte copies each
   static_assert(kStageBytes % 1024 == 0, "the 128-byte swizzle repeats every 1024 bytes");
