@@ -91,7 +91,7 @@ struct TmaTile {
   // 16384 tokens 3% faster than 56/224, 72/208 and 96/192 in between; docs/cuda.md).
   static constexpr int kProducerRegisters = 64;
   static constexpr int kConsumerRegisters = 216;
-  // block_m 128: the warpgroups split the rows; 64: they split the weight rows.
+  // block_m 128: the warpgroups split the rows; 64 and 16: they split the weight rows.
   static constexpr int kSplitN = kBlockM == 128 ? 1 : 2;
   static constexpr int kWarpGroupN = kTileN / kSplitN;  // weight rows per consumer warpgroup
   static constexpr int kStages = kBlockM == 128 ? 4 : (kBlockM == 64 ? 5 : 6);
@@ -851,7 +851,7 @@ void launch_variant(GemmKernel kernel, bool gated, const GroupedGemmArgs& args,
 void tma_grouped_gemm(GemmKernel kernel, bool gated, const GroupedGemmArgs& args,
                       cudaStream_t stream) {
   // 128 rows: half the input traffic per flop; 64 rows, for experts with fewer pairs: less padding
-  // computed.
+  // computed; 16 rows (decode sizes): more of each stage left to the weights.
   if (args.block_m == 16) {
     launch_variant<16>(kernel, gated, args, stream);
   } else if (args.block_m == 64) {
