@@ -275,6 +275,37 @@ TEST_F(CudaFusedExperts, TileCounterPlansRepeatExactlyThroughOneRunner) {
   }
 }
 
+// Up to 64 rows per expert gemm2 reads each block's rows once gemm1's count for that block is
+// full (GroupedGemmArgs::block_done), and its last thread block sets the counts back to zero: one
+// runner on routing A, B (fewer blocks), then A again matches the reference each time and gives
+// A's bits twice. Left at their totals, the counts would let the next call's gemm2 read rows
+// gemm1 has not written yet.
+TEST_F(CudaFusedExperts, Gemm2WaitsForEachBlockOfTheSameCall) {
+  if (!cuda::wgmma_available()) GTEST_SKIP() << "the tma kernels need an sm_90 GPU";
+  ExpertsCase skewed = bf16_case(500, 264, 136, 64, 4, 361);
+  skewed.routing = testing::Routing::kSkewed;
+  ExpertsCase mapped = bf16_case(300, 72, 40, 48, 6, 362);  // 56 rows per local expert
+  mapped.expert_map = true;
+  const std::vector<ExpertsCase> cases = {bf16_case(600, 264, 136, 64, 4, 360), skewed, mapped};
+  for (const ExpertsCase& c : cases) {
+    SCOPED_TRACE(c.describe());
+    const ExpertsInputs a = testing::make_inputs(c);
+    ExpertsCase other = c;
+    other.num_tokens = c.num_tokens / 3;
+    other.seed += 1000;
+    const ExpertsInputs b = testing::make_inputs(other);
+    for (const cuda::ExpertsPlan& plan :
+         std::vector<cuda::ExpertsPlan>{{cuda::GemmKernel::kTma, 16, false},
+                                        {cuda::GemmKernel::kTma, 64, false},
+                                        {cuda::GemmKernel::kTmaPair, 64, false},
+                                        {cuda::GemmKernel::kTmaDynamic, 16, false},
+                                        {cuda::GemmKernel::kTmaDynamic, 64, false}}) {
+      SCOPED_TRACE(cuda_plans::plan_name(plan));
+      expect_repeats_through_one_runner(a, b, plan);
+    }
+  }
+}
+
 // What a serving loop does: each routing's call captured once in a CUDA graph, the graphs
 // replayed in turn. Every replay must give the bits of the un-captured call: a kernel that
 // synchronizes with the host or allocates fails the capture, one that keeps state between

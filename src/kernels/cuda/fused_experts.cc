@@ -52,6 +52,15 @@ bool gemm2_with_sum(const ExpertsPlan& plan, int64_t tokens) {
   return plan.tiny_batch && tokens <= kTinySumMaxTokens;
 }
 
+// Whether gemm2, where it starts behind gemm1 (kDependentGemm2MaxRows), reads each block's rows
+// once gemm1 has written them instead of after all of gemm1 (GroupedGemmArgs::block_done): the
+// tma plans that gather gemm2's rows. The 128-row plans load them by TMA (async proxy), which
+// the counts' acquire does not order, and tma_dynamic/128's gemm1 may still read cache3
+// (gather_input_first), which gemm2 writes.
+bool gemm2_reads_finished_blocks(const ExpertsPlan& plan) {
+  return is_tma_kernel(plan.kernel) && !rows_in_block_order(plan);
+}
+
 int64_t max_padded(const ExpertsProblem& problem, const ExpertsPlan& plan) {
   const int64_t pairs = chunk_tokens(problem) * problem.top_k;
   if (plan.tiny_batch) return pairs;
@@ -190,6 +199,13 @@ void ExpertsRunner::reserve(const ExpertsProblem& problem, const ExpertsPlan& pl
   // gemm1's and gemm2's counters: gemm2 may take tiles while gemm1 still does
   // (after_previous_grid).
   tile_counter_.reserve(2 * kTileCounterWords * sizeof(int32_t));  // one size: allocated once
+  if (gemm2_reads_finished_blocks(plan)) {
+    const size_t bytes = static_cast<size_t>(padded / plan.block_m + 1) * sizeof(int32_t);
+    if (block_done_.capacity() < bytes) {
+      block_done_.reserve(bytes);
+      block_done_zeroed_ = false;
+    }
+  }
   if (!plan.tiny_batch) align_scratch_.reserve(align_scratch_bytes(pairs, problem.num_experts));
   const int64_t cache2_rows = rows_in_block_order(plan) ? padded : pairs;
   cache2_.reserve(std::max<int64_t>(cache2_rows * problem.intermediate_size, 1) * 2);
@@ -205,7 +221,7 @@ void ExpertsRunner::reserve(const ExpertsProblem& problem, const ExpertsPlan& pl
 size_t ExpertsRunner::workspace_bytes() const {
   return sorted_pair_ids_.capacity() + expert_ids_.capacity() + num_pairs_post_padded_.capacity() +
          align_scratch_.capacity() + cache2_.capacity() + cache3_.capacity() +
-         tile_counter_.capacity() + decode_sync_.capacity();
+         tile_counter_.capacity() + decode_sync_.capacity() + block_done_.capacity();
 }
 
 void ExpertsRunner::run(const ExpertsProblem& problem, const ExpertsPlan& plan, cudaStream_t stream,
@@ -219,6 +235,12 @@ void ExpertsRunner::run(const ExpertsProblem& problem, const ExpertsPlan& plan, 
     check(cudaMemsetAsync(tile_counter_.data(), 0, tile_counter_.capacity(), stream),
           "cudaMemsetAsync(tile counter)");
     tile_counter_zeroed_ = true;
+  }
+  if (!block_done_zeroed_ && block_done_.capacity() > 0) {
+    // gemm2 sets the counts back to zero for the next call; only a fresh buffer needs it.
+    check(cudaMemsetAsync(block_done_.data(), 0, block_done_.capacity(), stream),
+          "cudaMemsetAsync(block done)");
+    block_done_zeroed_ = true;
   }
 
   if (plan.kernel == GemmKernel::kDecode) {
@@ -286,6 +308,11 @@ void ExpertsRunner::run(const ExpertsProblem& problem, const ExpertsPlan& plan, 
     gemm.out = cache2_.data();
     gemm.out_in_block_order = rows_in_block_order(plan);
     gemm.topk_weights = nullptr;
+    const bool dependent_gemm2 =
+        !gemm2_with_sum(plan, m) && is_tma_kernel(plan.kernel) &&
+        pairs <= kDependentGemm2MaxRows * std::max<int64_t>(local_experts, 1);
+    const bool per_block = dependent_gemm2 && gemm2_reads_finished_blocks(plan);
+    if (per_block) gemm.block_done = static_cast<int32_t*>(block_done_.data());
     grouped_gemm(plan.kernel, /*gated=*/true, gemm, stream);
     clock.mark(2, stream);
 
@@ -313,9 +340,11 @@ void ExpertsRunner::run(const ExpertsProblem& problem, const ExpertsPlan& plan, 
       // 64 rows per expert); past that it measured 48-65 us slower in one session and 11-38 us
       // faster in the next at Qwen3-30B-A3B's 4096 tokens (256 rows, power-capped), and within
       // the spread at 128 and 512 rows (docs/perf.md), so it stays where it was measured faster.
-      gemm.after_previous_grid =
-          is_tma_kernel(plan.kernel) &&
-          pairs <= kDependentGemm2MaxRows * std::max<int64_t>(local_experts, 1);
+      gemm.after_previous_grid = dependent_gemm2;
+      if (per_block) {
+        gemm.block_done_target = static_cast<int32_t>((I + kTmaGatedColumnsPerTile - 1) /
+                                                      kTmaGatedColumnsPerTile * kTmaConsumerWarps);
+      }
       grouped_gemm(plan.kernel, /*gated=*/false, gemm, stream);
       clock.mark(3, stream);
 

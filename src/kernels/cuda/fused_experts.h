@@ -57,8 +57,8 @@ class ExpertsRunner {
   void run_decode(const ExpertsProblem& problem, cudaStream_t stream, StageTimes* times);
 
   DeviceBuffer sorted_pair_ids_, expert_ids_, num_pairs_post_padded_, align_scratch_, cache2_,
-      cache3_, tile_counter_, decode_sync_;
-  bool decode_sync_zeroed_ = false, tile_counter_zeroed_ = false;
+      cache3_, tile_counter_, decode_sync_, block_done_;
+  bool decode_sync_zeroed_ = false, tile_counter_zeroed_ = false, block_done_zeroed_ = false;
 };
 
 }  // namespace moe::cuda

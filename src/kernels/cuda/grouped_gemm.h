@@ -62,10 +62,27 @@ struct GroupedGemmArgs {
   // tma kernels only: the kernel before this one on the stream is a tma kernel too, whose output
   // is this one's input (gemm2 after gemm1). This one is then launched to start as the other's
   // thread blocks leave (programmatic dependent launch): each thread block asks for its first
-  // stages' weights at once and waits for the other kernel to end before reading its rows. With
+  // stages' weights at once and waits for the other kernel to end (with block_done, for the
+  // block's rows only) before reading its rows. With
   // tma_dynamic, tile_counter must not be the other kernel's, which may still be taking tiles.
   bool after_previous_grid = false;
+  // tma kernels only, gathered rows only (not input_in_block_order): gemm2 reads a block's rows as
+  // soon as gemm1 has written them, instead of after all of gemm1, so that the multiprocessors
+  // gemm1's last tiles leave idle run gemm2's tiles of finished blocks. block_done holds
+  // max_blocks + 1 device ints, zero before gemm1. gemm1 (block_done_target 0): each consumer warp
+  // adds one to block_done[b] once its part of a tile of block b is stored. gemm2 (launched
+  // after_previous_grid, block_done_target = gemm1's tiles per block * kTmaConsumerWarps): waits
+  // for block_done[b] >= block_done_target before it reads block b's rows; its last thread block
+  // to finish sets block_done back to zero (word max_blocks counts its finished thread blocks).
+  int32_t* block_done = nullptr;
+  int32_t block_done_target = 0;
 };
+
+// Consumer warps per thread block of the tma kernels: the arrivals gemm1 makes per tile on
+// GroupedGemmArgs::block_done.
+inline constexpr int kTmaConsumerWarps = 8;
+// Output columns per tile of a tma kernel's gemm1 (gated: half of its 256 weight rows).
+inline constexpr int64_t kTmaGatedColumnsPerTile = 128;
 
 // Which kernel runs a grouped GEMM.
 enum class GemmKernel : uint8_t {

@@ -83,7 +83,7 @@ struct TmaTile {
   // the same on the H200).
   static_assert(kBlockM == 16 || kBlockM == kWarpGroupRows || kBlockM == 2 * kWarpGroupRows,
                 "a short block, or one or two 64-row wgmma tiles");
-  static constexpr int kConsumerWarps = 8;  // two warpgroups
+  static constexpr int kConsumerWarps = kTmaConsumerWarps;  // two warpgroups
   static constexpr int kThreads = kProducerThreads + kConsumerWarps * 32;
   // The producer needs few registers; the consumers hold up to 128 f32 accumulators each. The
   // launch gives every thread 168 (65536 / 384, rounded down to 8); 128 * 64 + 256 * 216 fits too.
@@ -223,6 +223,13 @@ __device__ __forceinline__ void allow_dependent_launch() {
 }
 __device__ __forceinline__ void wait_for_previous_grid() {
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
+}
+
+// A load that orders this thread's later reads after it (GPU scope): block_done's counts.
+__device__ __forceinline__ int32_t load_acquire(const int32_t* address) {
+  int32_t value;
+  asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(value) : "l"(address) : "memory");
+  return value;
 }
 
 template <int kRegisters>
@@ -373,6 +380,7 @@ __global__ void __launch_bounds__(TmaTile<kBlockM>::kThreads, 1)
   // producer's thread 0 took last, for the other producer threads.
   __shared__ int32_t stage_tile[kStages];
   __shared__ int32_t taken_tile;
+  __shared__ bool block_rows_ready;  // block_done: the producer's thread 0 found the block done
   // tma_dynamic, block_m 128: whether the tile whose first stage a stage holds has no rows past
   // its first 64.
   __shared__ bool stage_upper_rows_empty[kStages];
@@ -494,7 +502,20 @@ __global__ void __launch_bounds__(TmaTile<kBlockM>::kThreads, 1)
         barrier_arrive_after_copies(full_barrier(stage));
       };
       int kt = 0;
-      if (a.after_previous_grid && !previous_grid_done) {
+      // block_done: a block whose rows are all written flows on as any tile does, its rows and
+      // weights stage by stage; only one not done yet breaks the ring to ask for its weights
+      // ahead and wait.
+      bool wait_block = false;
+      if (a.block_done_target > 0) {
+        producer_sync();  // every producer thread has read the previous tile's flag
+        if (t == 0) {
+          block_rows_ready = load_acquire(a.block_done + work.block) >= a.block_done_target;
+        }
+        producer_sync();
+        wait_block = !block_rows_ready;
+      }
+      if (wait_block ||
+          (a.after_previous_grid && !previous_grid_done && a.block_done_target == 0)) {
         // The weights do not depend on the previous kernel, its output (the rows) does: ask for
         // the first stages' weight boxes while it may still run, then wait for it to finish.
         const int ahead = k_tiles < kStages ? k_tiles : kStages;
@@ -503,8 +524,15 @@ __global__ void __launch_bounds__(TmaTile<kBlockM>::kThreads, 1)
           barrier_wait(empty_barrier(first.stage), first.phase ^ 1);
           if (t == 0) request_weights(first.stage, kt);
         }
-        wait_for_previous_grid();
-        previous_grid_done = true;
+        if (wait_block) {
+          if (t == 0) {
+            while (load_acquire(a.block_done + work.block) < a.block_done_target) __nanosleep(64);
+          }
+          producer_sync();
+        } else {
+          wait_for_previous_grid();
+          previous_grid_done = true;
+        }
         for (int i = 0; i < ahead; ++i, ring.advance()) load_rows(ring.stage, i);
       }
       for (; kt < k_tiles; ++kt, ring.advance()) {
@@ -544,6 +572,12 @@ __global__ void __launch_bounds__(TmaTile<kBlockM>::kThreads, 1)
     } else {
       for_each_tile(walk, [&](const TileWork& work) { produce(work, 0); });
     }
+    if (a.block_done_target > 0 && t == 0 &&
+        atomicAdd(a.block_done + a.max_blocks, 1) == gridDim.x - 1) {
+      // Every thread block has passed its waits, so gemm1's last arrival has landed: the next
+      // call's gemm1 counts from zero.
+      for (int64_t b = 0; b <= a.max_blocks; ++b) a.block_done[b] = 0;
+    }
     if constexpr (kCluster > 1) cluster_sync();
     return;
   }
@@ -582,6 +616,24 @@ __global__ void __launch_bounds__(TmaTile<kBlockM>::kThreads, 1)
     return __shfl_sync(0xffffffffu, value, 0);
   };
 
+  // gemm1 under block_done: each warp counts its part of a tile as done on block_done once the
+  // next tile's mainloop has run (or the walk has ended), when its stores have long landed. A
+  // count right behind the stores (a fence there waits for them) gained less over gemm2's wait
+  // for all of gemm1 on the H200 (docs/cuda.md, "gemm2 waiting per block").
+  const bool counts_blocks = a.block_done != nullptr && a.block_done_target == 0;
+  int64_t uncounted_block = -1;  // the block of this warp's last tile, not counted yet
+  auto count_stored_block = [&] {
+    if (uncounted_block < 0) return;
+    __syncwarp();
+    if (lane == 0) {
+      // A release: the warp's stores (ordered before lane 0's by __syncwarp) are visible to
+      // whoever reads the new count with an acquire.
+      asm volatile("red.release.gpu.global.add.s32 [%0], 1;" ::"l"(a.block_done + uncounted_block)
+                   : "memory");
+    }
+    uncounted_block = -1;
+  };
+
   auto consume = [&](const TileWork& work) {
     // tma_dynamic, block_m 128: the upper warpgroup of a block with at most 64 rows (often the last
     // block of an expert) has nothing to compute; it only takes and frees the stages, and the lower
@@ -603,6 +655,10 @@ __global__ void __launch_bounds__(TmaTile<kBlockM>::kThreads, 1)
       for (int kt = 0; kt < k_tiles; ++kt, ring.advance()) {
         barrier_wait(full_barrier(ring.stage), ring.phase);
         free_stage(ring.stage);
+      }
+      if (counts_blocks && work.rows) {
+        count_stored_block();
+        uncounted_block = work.block;
       }
       return;
     }
@@ -654,6 +710,7 @@ __global__ void __launch_bounds__(TmaTile<kBlockM>::kThreads, 1)
       wgmma_wait<0>();
       free_stage(previous_stage);
     }
+    count_stored_block();  // the previous tile's
 
     // Four chunks of 8 columns at a time: the quad trades them so each lane stores one whole
     // (accumulator_chunks.cuh). A warp whose eight rows are all padding (the end of a block) skips
@@ -691,6 +748,7 @@ __global__ void __launch_bounds__(TmaTile<kBlockM>::kThreads, 1)
         }
       }
     }
+    if (counts_blocks) uncounted_block = work.block;
   };
   if constexpr (kDynamic) {
     for (;;) {
@@ -704,6 +762,7 @@ __global__ void __launch_bounds__(TmaTile<kBlockM>::kThreads, 1)
   } else {
     for_each_tile(walk, consume);
   }
+  count_stored_block();
   if constexpr (kCluster > 1) cluster_sync();
 #endif
 }
