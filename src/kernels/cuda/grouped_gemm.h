@@ -63,17 +63,18 @@ struct GroupedGemmArgs {
   // is this one's input (gemm2 after gemm1). This one is then launched to start as the other's
   // thread blocks leave (programmatic dependent launch): each thread block asks for its first
   // stages' weights at once and waits for the other kernel to end (with block_done, for the
-  // block's rows only) before reading its rows. With
-  // tma_dynamic, tile_counter must not be the other kernel's, which may still be taking tiles.
+  // block's rows only) before reading its rows. With tma_dynamic, tile_counter must not be the
+  // other kernel's, which may still be taking tiles.
   bool after_previous_grid = false;
   // tma kernels only, gathered rows only (not input_in_block_order): gemm2 reads a block's rows as
   // soon as gemm1 has written them, instead of after all of gemm1, so that the multiprocessors
   // gemm1's last tiles leave idle run gemm2's tiles of finished blocks. block_done holds
   // max_blocks + 1 device ints, zero before gemm1. gemm1 (block_done_target 0): each consumer warp
-  // adds one to block_done[b] once its part of a tile of block b is stored. gemm2 (launched
-  // after_previous_grid, block_done_target = gemm1's tiles per block * kTmaConsumerWarps): waits
-  // for block_done[b] >= block_done_target before it reads block b's rows; its last thread block
-  // to finish sets block_done back to zero (word max_blocks counts its finished thread blocks).
+  // adds one to block_done[b] once its part of a tile of block b is stored (after its next
+  // tile's mainloop). gemm2 (launched after_previous_grid, block_done_target = gemm1's tiles per
+  // block * kTmaConsumerWarps): waits for block_done[b] >= block_done_target before it reads
+  // block b's rows; its last thread block to finish sets block_done back to zero (word
+  // max_blocks counts its finished thread blocks).
   int32_t* block_done = nullptr;
   int32_t block_done_target = 0;
 };
