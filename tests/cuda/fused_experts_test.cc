@@ -4,6 +4,7 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 
@@ -304,6 +305,51 @@ TEST_F(CudaFusedExperts, Gemm2WaitsForEachBlockOfTheSameCall) {
       expect_repeats_through_one_runner(a, b, plan);
     }
   }
+}
+
+// ExpertsRunner::record_timeline, for `moe bench --timeline`: with a tma plan every thread block of
+// both GEMMs reports, each ending after it started and within a second of gemm1's first start;
+// recording changes no output bit; other plans report nothing.
+TEST_F(CudaFusedExperts, TimelineRecordsEveryThreadBlock) {
+  if (!cuda::wgmma_available()) GTEST_SKIP() << "the tma kernels need an sm_90 GPU";
+  const ExpertsInputs in = testing::make_inputs(bf16_case(300, 264, 136, 64, 4, 380));
+  auto run_recording = [&](const cuda::ExpertsPlan& plan, Tensor& out) {
+    OnDevice d = to_device(in);
+    ValidatedExperts v =
+        validate_experts(d.hidden, d.w13, d.w2, d.topk_weights, d.topk_ids, d.out, d.options);
+    cuda::ExpertsRunner runner;
+    runner.record_timeline(true);
+    runner.run(v.problem, plan, nullptr);
+    auto spans = runner.read_timeline(nullptr);
+    out = d.out.to_host();
+    return spans;
+  };
+  for (const cuda::ExpertsPlan& plan : std::vector<cuda::ExpertsPlan>{
+           {cuda::GemmKernel::kTma, 64, false}, {cuda::GemmKernel::kTmaDynamic, 16, false}}) {
+    SCOPED_TRACE(cuda_plans::plan_name(plan));
+    const Tensor plain = run_plan(in, plan);
+    Tensor recorded;
+    const auto spans = run_recording(plan, recorded);
+    EXPECT_EQ(std::memcmp(plain.data<uint16_t>(), recorded.data<uint16_t>(), plain.nbytes()), 0);
+    std::vector<int> blocks[2];
+    double first_start = 1e9;
+    for (const auto& span : spans) {
+      ASSERT_TRUE(span.gemm == 1 || span.gemm == 2) << span.gemm;
+      blocks[span.gemm - 1].push_back(span.block);
+      EXPECT_LE(span.start_us, span.end_us) << "gemm" << span.gemm << " block " << span.block;
+      EXPECT_LT(span.end_us, 1e6) << "gemm" << span.gemm << " block " << span.block;
+      EXPECT_GE(span.multiprocessor, 0);
+      if (span.gemm == 1) first_start = std::min(first_start, span.start_us);
+    }
+    EXPECT_EQ(first_start, 0.0);
+    for (std::vector<int>& ids : blocks) {
+      ASSERT_FALSE(ids.empty());
+      std::sort(ids.begin(), ids.end());
+      for (size_t i = 0; i < ids.size(); ++i) EXPECT_EQ(ids[i], static_cast<int>(i));
+    }
+  }
+  Tensor out;
+  EXPECT_TRUE(run_recording({cuda::GemmKernel::kMma, 64, false}, out).empty());
 }
 
 // What a serving loop does: each routing's call captured once in a CUDA graph, the graphs

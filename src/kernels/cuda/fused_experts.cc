@@ -207,6 +207,9 @@ void ExpertsRunner::reserve(const ExpertsProblem& problem, const ExpertsPlan& pl
     }
   }
   if (!plan.tiny_batch) align_scratch_.reserve(align_scratch_bytes(pairs, problem.num_experts));
+  if (record_timeline_) {
+    timeline_.reserve(2 * kMaxTimelineBlocks * kTimelineWords * sizeof(uint64_t));
+  }
   const int64_t cache2_rows = rows_in_block_order(plan) ? padded : pairs;
   cache2_.reserve(std::max<int64_t>(cache2_rows * problem.intermediate_size, 1) * 2);
   if (plan.kernel == GemmKernel::kDecode) {
@@ -222,6 +225,40 @@ size_t ExpertsRunner::workspace_bytes() const {
   return sorted_pair_ids_.capacity() + expert_ids_.capacity() + num_pairs_post_padded_.capacity() +
          align_scratch_.capacity() + cache2_.capacity() + cache3_.capacity() +
          tile_counter_.capacity() + decode_sync_.capacity() + block_done_.capacity();
+}
+
+std::vector<ExpertsRunner::ThreadBlockSpan> ExpertsRunner::read_timeline(
+    cudaStream_t stream) const {
+  std::vector<uint64_t> words(timeline_.capacity() / sizeof(uint64_t));
+  if (words.empty()) return {};
+  check(cudaStreamSynchronize(stream), "cudaStreamSynchronize(timeline)");
+  check(cudaMemcpy(words.data(), timeline_.data(), timeline_.capacity(), cudaMemcpyDeviceToHost),
+        "cudaMemcpy(timeline)");
+  auto word = [&](int gemm, int block, int i) {
+    return words[((gemm - 1) * kMaxTimelineBlocks + block) * kTimelineWords + i];
+  };
+  // Times from gemm1's first start (gemm2's when gemm1 recorded none); word 0 is zero where the
+  // last call had no such thread block.
+  uint64_t first_start = 0;
+  for (int gemm = 1; gemm <= 2 && first_start == 0; ++gemm) {
+    for (int block = 0; block < kMaxTimelineBlocks; ++block) {
+      const uint64_t start = word(gemm, block, 0);
+      if (start != 0 && (first_start == 0 || start < first_start)) first_start = start;
+    }
+  }
+  // Differences first: nanoseconds since the epoch do not fit a double's mantissa.
+  auto since_first = [&](uint64_t ns) {
+    return static_cast<double>(static_cast<int64_t>(ns - first_start)) / 1e3;
+  };
+  std::vector<ThreadBlockSpan> spans;
+  for (int gemm = 1; gemm <= 2; ++gemm) {
+    for (int block = 0; block < kMaxTimelineBlocks; ++block) {
+      if (word(gemm, block, 0) == 0) continue;
+      spans.push_back({gemm, block, since_first(word(gemm, block, 0)),
+                       since_first(word(gemm, block, 1)), static_cast<int>(word(gemm, block, 2))});
+    }
+  }
+  return spans;
 }
 
 void ExpertsRunner::run(const ExpertsProblem& problem, const ExpertsPlan& plan, cudaStream_t stream,
@@ -313,6 +350,12 @@ void ExpertsRunner::run(const ExpertsProblem& problem, const ExpertsPlan& plan, 
         pairs <= kDependentGemm2MaxRows * std::max<int64_t>(local_experts, 1);
     const bool per_block = dependent_gemm2 && gemm2_reads_finished_blocks(plan);
     if (per_block) gemm.block_done = static_cast<int32_t*>(block_done_.data());
+    auto* timeline = static_cast<uint64_t*>(timeline_.data());
+    if (record_timeline_) {
+      // Zeroed, so that thread blocks a smaller grid leaves out read as none.
+      check(cudaMemsetAsync(timeline, 0, timeline_.capacity(), stream), "cudaMemsetAsync(timeline)");
+      gemm.timeline = timeline;
+    }
     grouped_gemm(plan.kernel, /*gated=*/true, gemm, stream);
     clock.mark(2, stream);
 
@@ -345,6 +388,7 @@ void ExpertsRunner::run(const ExpertsProblem& problem, const ExpertsPlan& plan, 
         gemm.block_done_target = static_cast<int32_t>((I + kTmaGatedColumnsPerTile - 1) /
                                                       kTmaGatedColumnsPerTile * kTmaConsumerWarps);
       }
+      if (record_timeline_) gemm.timeline = timeline + kMaxTimelineBlocks * kTimelineWords;
       grouped_gemm(plan.kernel, /*gated=*/false, gemm, stream);
       clock.mark(3, stream);
 

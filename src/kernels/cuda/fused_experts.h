@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/grouped_gemm.h"
@@ -52,13 +53,26 @@ class ExpertsRunner {
   void reserve(const ExpertsProblem& problem, const ExpertsPlan& plan);
   size_t workspace_bytes() const;
 
+  // For measurements: from the next call on, the tma plans' GEMMs record when each of their
+  // thread blocks starts and ends (GroupedGemmArgs::timeline); read_timeline gives the last
+  // call's (its last chunk's), synchronizing the stream. Other plans record nothing.
+  void record_timeline(bool on) { record_timeline_ = on; }
+  struct ThreadBlockSpan {
+    int gemm = 0;  // 1 or 2
+    int block = 0;
+    double start_us = 0, end_us = 0;  // from the first start of gemm1's thread blocks
+    int multiprocessor = 0;
+  };
+  std::vector<ThreadBlockSpan> read_timeline(cudaStream_t stream) const;
+
  private:
   // The decode plan: one launch (decode_experts.h), act in cache2_, its counters in decode_sync_.
   void run_decode(const ExpertsProblem& problem, cudaStream_t stream, StageTimes* times);
 
   DeviceBuffer sorted_pair_ids_, expert_ids_, num_pairs_post_padded_, align_scratch_, cache2_,
-      cache3_, tile_counter_, decode_sync_, block_done_;
+      cache3_, tile_counter_, decode_sync_, block_done_, timeline_;
   bool decode_sync_zeroed_ = false, tile_counter_zeroed_ = false, block_done_zeroed_ = false;
+  bool record_timeline_ = false;
 };
 
 }  // namespace moe::cuda

@@ -77,7 +77,14 @@ struct GroupedGemmArgs {
   // max_blocks counts its finished thread blocks).
   int32_t* block_done = nullptr;
   int32_t block_done_target = 0;
+  // tma kernels only, for measurements: thread block b writes words [kTimelineWords * b, + 3):
+  // %globaltimer (ns) at its start and at the end of its walk (after its last tile's stores were
+  // issued), and its multiprocessor's id. Room for kMaxTimelineBlocks thread blocks; null = none.
+  uint64_t* timeline = nullptr;
 };
+
+inline constexpr int kTimelineWords = 3;
+inline constexpr int kMaxTimelineBlocks = 1024;
 
 // Consumer warps per thread block of the tma kernels: the arrivals gemm1 makes per tile on
 // GroupedGemmArgs::block_done.

@@ -356,6 +356,18 @@ __device__ __forceinline__ void for_each_tile(const TileWalk<kBlockM, kCluster, 
   }
 }
 
+__device__ __forceinline__ uint64_t global_timer_ns() {
+  uint64_t ns;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));
+  return ns;
+}
+
+__device__ __forceinline__ uint32_t multiprocessor_id() {
+  uint32_t id;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(id));
+  return id;
+}
+
 // Synchronizes the producer warps only (named barrier 1; 0 is __syncthreads').
 __device__ __forceinline__ void producer_sync() {
   asm volatile("bar.sync 1, %0;\n" ::"n"(kProducerThreads) : "memory");
@@ -392,6 +404,10 @@ __global__ void __launch_bounds__(TmaTile<kBlockM>::kThreads, 1)
   auto full_barrier = [&](int stage) { return full_base + stage * 8; };
   auto empty_barrier = [&](int stage) { return empty_base + stage * 8; };
 
+  if (threadIdx.x == 0 && a.timeline != nullptr) {
+    a.timeline[kTimelineWords * blockIdx.x] = global_timer_ns();
+    a.timeline[kTimelineWords * blockIdx.x + 2] = multiprocessor_id();
+  }
   if (threadIdx.x == 0) {
     // A kernel launched after_previous_grid behind this one may start its thread blocks as this
     // one's leave multiprocessors (they wait for its end before reading what it wrote).
@@ -765,6 +781,9 @@ __global__ void __launch_bounds__(TmaTile<kBlockM>::kThreads, 1)
     for_each_tile(walk, consume);
   }
   count_stored_block();
+  if (threadIdx.x == kProducerThreads && a.timeline != nullptr) {
+    a.timeline[kTimelineWords * blockIdx.x + 1] = global_timer_ns();
+  }
   if constexpr (kCluster > 1) cluster_sync();
 #endif
 }
@@ -880,6 +899,10 @@ void launch(const GroupedGemmArgs& args, cudaStream_t stream) {
   config.gridDim = dim3(static_cast<unsigned>(groups * kCluster));
   if (kDynamic && args.tile_counter == nullptr) {
     fail("grouped_gemm (tma_dynamic): no tile counter given");
+  }
+  if (args.timeline != nullptr && config.gridDim.x > kMaxTimelineBlocks) {
+    fail("grouped_gemm: a timeline holds {} thread blocks; the grid has {}", kMaxTimelineBlocks,
+         config.gridDim.x);
   }
   if (args.after_previous_grid) config.numAttrs = 2;
   check(cudaLaunchKernelEx(&config, kernel, weight_tensor_map(args), input_tensor_map(args), args),

@@ -57,6 +57,7 @@ struct BenchOptions {
   bool tokens_given = false;
   bool repeats_given = false;
   bool sweep = false;
+  bool timeline = false;
   std::vector<std::string> plans;
   std::string output;
   // --ep
@@ -72,8 +73,8 @@ struct BenchOptions {
 // by that device's bench.
 void bench_ep_command(const BenchOptions& o) {
   if (o.csv) fail("--csv: moe bench --ep prints a table or --json");
-  if (o.sweep || !o.plans.empty() || !o.output.empty()) {
-    fail("--sweep, --plans and --output belong to --device cuda");
+  if (o.sweep || o.timeline || !o.plans.empty() || !o.output.empty()) {
+    fail("--sweep, --timeline, --plans and --output belong to --device cuda");
   }
   if (o.routing != "uniform") {
     fail("--routing: --ep routes by a trace (--trace, or the synthetic one of --zipf); got {}",
@@ -125,6 +126,7 @@ void bench_cuda(const BenchOptions& o) {
   command.output = o.output;
   command.seed = o.seed;
   command.balanced = o.routing == "balanced";
+  command.timeline = o.timeline;
   run_cuda_bench_command(command);
 #else
   fail("--device cuda: this build has no CUDA backend (configure with MOE_WITH_CUDA=ON)");
@@ -230,8 +232,8 @@ void bench(const BenchOptions& o) {
   }
   if (o.ep.enabled) return bench_ep_command(o);
   if (o.device == "cuda") return bench_cuda(o);
-  if (o.sweep || !o.plans.empty() || !o.output.empty()) {
-    fail("--sweep, --plans and --output belong to --device cuda");
+  if (o.sweep || o.timeline || !o.plans.empty() || !o.output.empty()) {
+    fail("--sweep, --timeline, --plans and --output belong to --device cuda");
   }
   const MoeConfig config =
       o.config_path.empty() ? preset_config(o.preset) : load_hf_config(o.config_path);
@@ -406,6 +408,9 @@ void add_bench_command(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_flag("--sweep", options->sweep, "cuda: also time every kernel plan that can run");
+  cmd->add_flag("--timeline", options->timeline,
+                "cuda: also print when the GEMMs' thread blocks of the tma plans started and "
+                "ended in the last replay (min / median / max)");
   cmd->add_option("--plans", options->plans,
                   "cuda: also time these plans at every size, comma separated (tma/128,wgmma/64; "
                   "names as the table prints them)")

@@ -54,6 +54,35 @@ double median_us(cudaStream_t stream, int repeats, Body body) {
   return median(times);
 }
 
+// Min, median and max of `values` (not empty).
+void min_median_max(std::vector<double> values, double out[3]) {
+  std::sort(values.begin(), values.end());
+  out[0] = values.front();
+  out[1] = values[values.size() / 2];
+  out[2] = values.back();
+}
+
+TimelineSummary summarize(const std::vector<cuda::ExpertsRunner::ThreadBlockSpan>& spans) {
+  std::vector<double> gemm1_end, gemm2_start, gemm2_end;
+  for (const auto& span : spans) {
+    if (span.gemm == 1) {
+      gemm1_end.push_back(span.end_us);
+    } else {
+      gemm2_start.push_back(span.start_us);
+      gemm2_end.push_back(span.end_us);
+    }
+  }
+  TimelineSummary summary;
+  summary.gemm1_blocks = static_cast<int>(gemm1_end.size());
+  summary.gemm2_blocks = static_cast<int>(gemm2_end.size());
+  if (!gemm1_end.empty()) min_median_max(gemm1_end, summary.gemm1_end);
+  if (!gemm2_end.empty()) {
+    min_median_max(gemm2_start, summary.gemm2_start);
+    min_median_max(gemm2_end, summary.gemm2_end);
+  }
+  return summary;
+}
+
 // The plans worth timing at this size: the stream kernel re-reads an expert's weights for every
 // block of rows, so it is skipped once experts average more than two blocks' worth, and the tiny
 // batch (a block per pair) past one pair per expert.
@@ -254,6 +283,7 @@ std::vector<CudaBenchRow> run_cuda_bench(const MoeConfig& config, const CudaBenc
     for (const std::string& name : options.plans) add_plan(parse_plan_name(name));
     for (const cuda::ExpertsPlan& plan : plans) {
       cuda::ExpertsRunner runner;
+      runner.record_timeline(options.timeline);
       CudaBenchRow row;
       row.tokens = tokens;
       row.plan = plan_name(plan);
@@ -316,6 +346,7 @@ std::vector<CudaBenchRow> run_cuda_bench(const MoeConfig& config, const CudaBenc
       }
       for (cudaEvent_t mark : marks) cudaEventDestroy(mark);
       for (cudaGraphExec_t graph : graphs) cudaGraphExecDestroy(graph);
+      if (options.timeline) row.timeline = summarize(runner.read_timeline(stream));
       row.median_us = median(replays);
       row.min_us = *std::min_element(replays.begin(), replays.end());
       rows.push_back(row);
@@ -327,6 +358,25 @@ std::vector<CudaBenchRow> run_cuda_bench(const MoeConfig& config, const CudaBenc
 }
 
 namespace {
+
+// --timeline: one line per row whose plan recorded its thread blocks.
+void print_timelines(const std::vector<CudaBenchRow>& rows) {
+  fmt::print(
+      "\ntimeline of the last replay (tma plans), us from gemm1's first thread block's start, "
+      "min / median / max over thread blocks:\n");
+  fmt::print("{:>6} {:>10} {:>7} {:>22} {:>7} {:>22} {:>22}\n", "tokens", "plan", "blocks",
+             "gemm1 end", "blocks", "gemm2 start", "gemm2 end");
+  auto triple = [](const double v[3]) {
+    return fmt::format("{:.1f} / {:.1f} / {:.1f}", v[0], v[1], v[2]);
+  };
+  for (const CudaBenchRow& r : rows) {
+    const TimelineSummary& t = r.timeline;
+    if (!r.cannot_run.empty() || t.gemm1_blocks == 0) continue;
+    fmt::print("{:>6} {:>10} {:>7} {:>22} {:>7} {:>22} {:>22}\n", r.tokens,
+               r.plan + (r.is_default ? "*" : " "), t.gemm1_blocks, triple(t.gemm1_end),
+               t.gemm2_blocks, triple(t.gemm2_start), triple(t.gemm2_end));
+  }
+}
 
 void write_text(const std::string& path, const std::string& text) {
   std::FILE* file = std::fopen(path.c_str(), "w");
@@ -348,6 +398,7 @@ void run_cuda_bench_command(const CudaBenchCommand& o) {
   options.plans = o.plans;
   options.seed = o.seed;
   options.balanced = o.balanced;
+  options.timeline = o.timeline;
   const std::vector<CudaBenchRow> rows = run_cuda_bench(config, options, ceilings);
 
   {
@@ -377,6 +428,15 @@ void run_cuda_bench_command(const CudaBenchCommand& o) {
                                 {"weight_bytes", r.weight_bytes},
                                 {"flops", r.flops},
                                 {"workspace_bytes", r.workspace_bytes}});
+      const TimelineSummary& t = r.timeline;
+      if (o.timeline && t.gemm1_blocks > 0) {
+        auto triple = [](const double v[3]) { return nlohmann::json::array({v[0], v[1], v[2]}); };
+        report["rows"].back()["timeline"] = {{"gemm1_blocks", t.gemm1_blocks},
+                                             {"gemm2_blocks", t.gemm2_blocks},
+                                             {"gemm1_end_us", triple(t.gemm1_end)},
+                                             {"gemm2_start_us", triple(t.gemm2_start)},
+                                             {"gemm2_end_us", triple(t.gemm2_end)}};
+      }
     }
     if (!o.output.empty()) write_text(o.output, report.dump(2) + "\n");
     if (o.json) {
@@ -413,6 +473,7 @@ void run_cuda_bench_command(const CudaBenchCommand& o) {
       "\n* the built-in default plan (tuned tables in configs/cuda take precedence: moe tune); "
       "TB/s counts the distinct experts' weights only; decode/1 runs every stage in one launch, "
       "shown as gemm1\n");
+  if (o.timeline) print_timelines(rows);
 }
 
 }  // namespace moe::cli

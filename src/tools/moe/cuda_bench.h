@@ -19,6 +19,14 @@ struct CudaBenchOptions {
   std::vector<std::string> plans;
   uint64_t seed = 0;
   bool balanced = false;  // balanced routings (experts_sweep.h) instead of uniform random ones
+  bool timeline = false;  // record the last replay's thread blocks (tma plans): CudaBenchRow
+};
+
+// When the thread blocks of the tma plans' GEMMs started and ended in one replay, in microseconds
+// from gemm1's first start: min, median and max over each GEMM's thread blocks.
+struct TimelineSummary {
+  int gemm1_blocks = 0, gemm2_blocks = 0;  // 0: the plan recorded none
+  double gemm1_end[3] = {}, gemm2_start[3] = {}, gemm2_end[3] = {};
 };
 
 // The two ceilings of the floor, measured on the current GPU.
@@ -39,6 +47,7 @@ struct CudaBenchRow {
   double weight_bytes = 0, flops = 0;
   double floor_us = 0;
   size_t workspace_bytes = 0;
+  TimelineSummary timeline;  // CudaBenchOptions::timeline: the last timed replay's
 };
 
 CudaCeilings measure_cuda_ceilings();
@@ -55,6 +64,7 @@ struct CudaBenchCommand {
   std::string output;
   uint64_t seed = 0;
   bool balanced = false;
+  bool timeline = false;
 };
 void run_cuda_bench_command(const CudaBenchCommand& options);
 
