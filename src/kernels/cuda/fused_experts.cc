@@ -281,6 +281,11 @@ void ExpertsRunner::run(const ExpertsProblem& problem, const ExpertsPlan& plan, 
   }
 
   if (plan.kernel == GemmKernel::kDecode) {
+    if (record_timeline_) {
+      // Records nothing: clear what an earlier call's tma plan left.
+      check(cudaMemsetAsync(timeline_.data(), 0, timeline_.capacity(), stream),
+            "cudaMemsetAsync(timeline)");
+    }
     run_decode(problem, stream, times);
     return;
   }

@@ -54,8 +54,8 @@ class ExpertsRunner {
   size_t workspace_bytes() const;
 
   // For measurements: from the next call on, the tma plans' GEMMs record when each of their
-  // thread blocks starts and ends (GroupedGemmArgs::timeline); read_timeline gives the last
-  // call's (its last chunk's), synchronizing the stream. Other plans record nothing.
+  // thread blocks starts and ends (GroupedGemmArgs::timeline); read_timeline gives those of the
+  // last call with tokens (its last chunk's), synchronizing the stream. Other plans record none.
   void record_timeline(bool on) { record_timeline_ = on; }
   struct ThreadBlockSpan {
     int gemm = 0;  // 1 or 2
