@@ -358,7 +358,8 @@ void ExpertsRunner::run(const ExpertsProblem& problem, const ExpertsPlan& plan, 
     auto* timeline = static_cast<uint64_t*>(timeline_.data());
     if (record_timeline_) {
       // Zeroed, so that thread blocks a smaller grid leaves out read as none.
-      check(cudaMemsetAsync(timeline, 0, timeline_.capacity(), stream), "cudaMemsetAsync(timeline)");
+      check(cudaMemsetAsync(timeline, 0, timeline_.capacity(), stream),
+            "cudaMemsetAsync(timeline)");
       gemm.timeline = timeline;
     }
     grouped_gemm(plan.kernel, /*gated=*/true, gemm, stream);

@@ -69,7 +69,7 @@ namespace {
 
 constexpr int kTileK = kSwizzledTileK;
 constexpr int kRowBytes = kSwizzledRowBytes;
-constexpr int kTileN = 256;   // weight rows per tile (gemm1: 128 output columns, gemm2: 256)
+constexpr int kTileN = 256;  // weight rows per tile (gemm1: 128 output columns, gemm2: 256)
 // The host counts gemm1's tiles per block from this (GroupedGemmArgs::block_done_target).
 static_assert(kTileN / 2 == kTmaGatedColumnsPerTile, "gemm1's output columns per tile");
 constexpr int kBoxRows = 64;  // weight rows per TMA box: 8 KiB, four per stage
