@@ -280,14 +280,16 @@ TEST_F(CudaFusedExperts, TileCounterPlansRepeatExactlyThroughOneRunner) {
 // full (GroupedGemmArgs::block_done), and its last thread block sets the counts back to zero: one
 // runner on routing A, B (fewer blocks), then A again matches the reference each time and gives
 // A's bits twice. Left at their totals, the counts would let the next call's gemm2 read rows
-// gemm1 has not written yet.
+// gemm1 has not written yet. The 128-row plans read the rows by TMA box; tma_dynamic/128 at I 2048
+// copies gemm1's rows into cache3 first and so waits for all of gemm1 instead.
 TEST_F(CudaFusedExperts, Gemm2WaitsForEachBlockOfTheSameCall) {
   if (!cuda::wgmma_available()) GTEST_SKIP() << "the tma kernels need an sm_90 GPU";
   ExpertsCase skewed = bf16_case(500, 264, 136, 64, 4, 361);
   skewed.routing = testing::Routing::kSkewed;
   ExpertsCase mapped = bf16_case(300, 72, 40, 48, 6, 362);  // 56 rows per local expert
   mapped.expert_map = true;
-  const std::vector<ExpertsCase> cases = {bf16_case(600, 264, 136, 64, 4, 360), skewed, mapped};
+  const std::vector<ExpertsCase> cases = {bf16_case(600, 264, 136, 64, 4, 360), skewed, mapped,
+                                          bf16_case(200, 72, 2048, 12, 3, 363)};
   for (const ExpertsCase& c : cases) {
     SCOPED_TRACE(c.describe());
     const ExpertsInputs a = testing::make_inputs(c);
@@ -300,7 +302,11 @@ TEST_F(CudaFusedExperts, Gemm2WaitsForEachBlockOfTheSameCall) {
                                         {cuda::GemmKernel::kTma, 64, false},
                                         {cuda::GemmKernel::kTmaPair, 64, false},
                                         {cuda::GemmKernel::kTmaDynamic, 16, false},
-                                        {cuda::GemmKernel::kTmaDynamic, 64, false}}) {
+                                        {cuda::GemmKernel::kTmaDynamic, 64, false},
+                                        {cuda::GemmKernel::kTma, 128, false},
+                                        {cuda::GemmKernel::kTmaEager, 128, false},
+                                        {cuda::GemmKernel::kTmaPair, 128, false},
+                                        {cuda::GemmKernel::kTmaDynamic, 128, false}}) {
       SCOPED_TRACE(cuda_plans::plan_name(plan));
       expect_repeats_through_one_runner(a, b, plan);
     }

@@ -54,11 +54,9 @@ bool gemm2_with_sum(const ExpertsPlan& plan, int64_t tokens) {
 
 // Whether gemm2, where it starts behind gemm1 (kDependentGemm2MaxRows), reads each block's rows
 // once gemm1 has written them instead of after all of gemm1 (GroupedGemmArgs::block_done): the
-// tma plans that gather gemm2's rows. The 128-row plans load them by TMA (async proxy), which
-// the counts' acquire does not order, and tma_dynamic/128's gemm1 may still read cache3
-// (gather_input_first), which gemm2 writes.
-bool gemm2_reads_finished_blocks(const ExpertsPlan& plan) {
-  return is_tma_kernel(plan.kernel) && !rows_in_block_order(plan);
+// tma plans, but not where gemm1 may still read cache3 (gather_input_first), which gemm2 writes.
+bool gemm2_reads_finished_blocks(const ExpertsPlan& plan, const ExpertsProblem& problem) {
+  return is_tma_kernel(plan.kernel) && !gather_input_first(plan, problem);
 }
 
 int64_t max_padded(const ExpertsProblem& problem, const ExpertsPlan& plan) {
@@ -199,7 +197,7 @@ void ExpertsRunner::reserve(const ExpertsProblem& problem, const ExpertsPlan& pl
   // gemm1's and gemm2's counters: gemm2 may take tiles while gemm1 still does
   // (after_previous_grid).
   tile_counter_.reserve(2 * kTileCounterWords * sizeof(int32_t));  // one size: allocated once
-  if (gemm2_reads_finished_blocks(plan)) {
+  if (gemm2_reads_finished_blocks(plan, problem)) {
     const size_t bytes = static_cast<size_t>(padded / plan.block_m + 1) * sizeof(int32_t);
     if (block_done_.capacity() < bytes) {
       block_done_.reserve(bytes);
@@ -353,7 +351,7 @@ void ExpertsRunner::run(const ExpertsProblem& problem, const ExpertsPlan& plan, 
     const bool dependent_gemm2 =
         !gemm2_with_sum(plan, m) && is_tma_kernel(plan.kernel) &&
         pairs <= kDependentGemm2MaxRows * std::max<int64_t>(local_experts, 1);
-    const bool per_block = dependent_gemm2 && gemm2_reads_finished_blocks(plan);
+    const bool per_block = dependent_gemm2 && gemm2_reads_finished_blocks(plan, problem);
     if (per_block) gemm.block_done = static_cast<int32_t*>(block_done_.data());
     auto* timeline = static_cast<uint64_t*>(timeline_.data());
     if (record_timeline_) {

@@ -66,9 +66,10 @@ struct GroupedGemmArgs {
   // block's rows only) before reading its rows. With tma_dynamic, tile_counter must not be the
   // other kernel's, which may still be taking tiles.
   bool after_previous_grid = false;
-  // tma kernels only, gathered rows only (not input_in_block_order): gemm2 reads a block's rows as
-  // soon as gemm1 has written them, instead of after all of gemm1, so that the multiprocessors
-  // gemm1's last tiles leave idle run gemm2's tiles of finished blocks. block_done holds
+  // tma kernels only: gemm2 reads a block's rows as soon as gemm1 has written them, instead of
+  // after all of gemm1, so that the multiprocessors gemm1's last tiles leave idle run gemm2's
+  // tiles of finished blocks (rows in block order, read by TMA, are ordered for the async proxy on
+  // both sides). gemm2 must write nothing gemm1 may still read. block_done holds
   // max_blocks + 1 device ints, zero before gemm1. gemm1 (block_done_target 0): each consumer warp
   // adds one to block_done[b] once its part of a tile of block b is stored (after its next
   // tile's mainloop). gemm2 (launched after_previous_grid, block_done_target = gemm1's tiles per

@@ -234,6 +234,13 @@ __device__ __forceinline__ int32_t load_acquire(const int32_t* address) {
   return value;
 }
 
+// Orders this thread's global accesses through the generic proxy (plain stores, acquire loads)
+// with its later ones through the async proxy (TMA): gemm1's stores of cache2 in block order, which
+// gemm2 reads by TMA box once block_done says they are there.
+__device__ __forceinline__ void fence_proxy_async_global() {
+  asm volatile("fence.proxy.async.global;\n" ::: "memory");
+}
+
 template <int kRegisters>
 __device__ __forceinline__ void shrink_registers() {
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
@@ -528,6 +535,7 @@ __global__ void __launch_bounds__(TmaTile<kBlockM>::kThreads, 1)
         producer_sync();  // every producer thread has read the previous tile's flag
         if (t == 0) {
           block_rows_ready = load_acquire(a.block_done + work.block) >= a.block_done_target;
+          if (block_rows_ready && a.input_in_block_order) fence_proxy_async_global();
         }
         producer_sync();
         wait_block = !block_rows_ready;
@@ -545,6 +553,7 @@ __global__ void __launch_bounds__(TmaTile<kBlockM>::kThreads, 1)
         if (wait_block) {
           if (t == 0) {
             while (load_acquire(a.block_done + work.block) < a.block_done_target) __nanosleep(64);
+            if (a.input_in_block_order) fence_proxy_async_global();
           }
           producer_sync();
         } else {
@@ -642,6 +651,9 @@ __global__ void __launch_bounds__(TmaTile<kBlockM>::kThreads, 1)
   int64_t uncounted_block = -1;  // the block of this warp's last tile, not counted yet
   auto count_stored_block = [&] {
     if (uncounted_block < 0) return;
+    // Rows in block order reach gemm2 by TMA: each lane orders its stores before the async
+    // proxy's reads as well (gemm2's producer fences on its side after the acquire).
+    if (a.out_in_block_order) fence_proxy_async_global();
     __syncwarp();
     if (lane == 0) {
       // A release: the warp's stores (ordered before lane 0's by __syncwarp) are visible to
