@@ -18,6 +18,7 @@
 #include "kernels/cuda/fused_experts.h"
 #include "kernels/experts_problem.h"
 #include "moe/error.h"
+#include "ops/cuda_plan_choice.h"
 #include "ops/cuda_plan_table.h"
 #include "tools/moe/experts_sweep.h"
 
@@ -270,6 +271,7 @@ std::vector<CudaBenchRow> run_cuda_bench(const MoeConfig& config, const CudaBenc
     }
 
     const cuda::ExpertsPlan default_plan = cuda::default_plan(problems[0]);
+    const cuda::ExpertsPlan chosen = cuda_plans::choose_plan(problems[0], ceilings.device_name);
     std::vector<cuda::ExpertsPlan> plans = {default_plan};
     auto add_plan = [&plans](const cuda::ExpertsPlan& plan) {
       const bool listed = std::any_of(plans.begin(), plans.end(), [&](const auto& p) {
@@ -277,6 +279,7 @@ std::vector<CudaBenchRow> run_cuda_bench(const MoeConfig& config, const CudaBenc
       });
       if (!listed) plans.push_back(plan);
     };
+    add_plan(chosen);
     if (options.sweep) {
       for (const cuda::ExpertsPlan& plan : candidate_plans(problems[0])) add_plan(plan);
     }
@@ -288,6 +291,7 @@ std::vector<CudaBenchRow> run_cuda_bench(const MoeConfig& config, const CudaBenc
       row.tokens = tokens;
       row.plan = plan_name(plan);
       row.is_default = &plan == &plans.front();
+      row.is_chosen = row.plan == plan_name(chosen);
       row.distinct_experts = distinct;
       row.weight_bytes = distinct * 3.0 * static_cast<double>(H * I) * 2.0;
       row.flops = 6.0 * static_cast<double>(tokens * k) * static_cast<double>(H * I);
@@ -359,6 +363,12 @@ std::vector<CudaBenchRow> run_cuda_bench(const MoeConfig& config, const CudaBenc
 
 namespace {
 
+// After the plan's name: * the built-in default, + the tuned table's plan where it differs.
+std::string marker(const CudaBenchRow& r) {
+  if (r.is_default) return "*";
+  return r.is_chosen ? "+" : " ";
+}
+
 // --timeline: one line per row whose plan recorded its thread blocks.
 void print_timelines(const std::vector<CudaBenchRow>& rows) {
   fmt::print(
@@ -372,9 +382,9 @@ void print_timelines(const std::vector<CudaBenchRow>& rows) {
   for (const CudaBenchRow& r : rows) {
     const TimelineSummary& t = r.timeline;
     if (!r.cannot_run.empty() || t.gemm1_blocks == 0) continue;
-    fmt::print("{:>6} {:>10} {:>7} {:>22} {:>7} {:>22} {:>22}\n", r.tokens,
-               r.plan + (r.is_default ? "*" : " "), t.gemm1_blocks, triple(t.gemm1_end),
-               t.gemm2_blocks, triple(t.gemm2_start), triple(t.gemm2_end));
+    fmt::print("{:>6} {:>10} {:>7} {:>22} {:>7} {:>22} {:>22}\n", r.tokens, r.plan + marker(r),
+               t.gemm1_blocks, triple(t.gemm1_end), t.gemm2_blocks, triple(t.gemm2_start),
+               triple(t.gemm2_end));
   }
 }
 
@@ -417,6 +427,7 @@ void run_cuda_bench_command(const CudaBenchCommand& o) {
       report["rows"].push_back({{"tokens", r.tokens},
                                 {"plan", r.plan},
                                 {"default", r.is_default},
+                                {"chosen", r.is_chosen},
                                 {"median_us", r.median_us},
                                 {"min_us", r.min_us},
                                 {"floor_us", r.floor_us},
@@ -464,14 +475,14 @@ void run_cuda_bench_command(const CudaBenchCommand& o) {
     fmt::print(
         "{:>6} {:>10} {:>10.1f} {:>9.1f} {:>7.0f}% {:>8.1f} {:>7.2f} {:>7.1f} {:>7.1f} {:>7.1f} "
         "{:>7.1f} {:>7.1f} {:>8.0f}\n",
-        r.tokens, r.plan + (r.is_default ? "*" : " "), r.median_us, r.floor_us,
-        100.0 * r.floor_us / r.median_us, r.flops / r.median_us / 1e6,
-        r.weight_bytes / r.median_us / 1e6, r.align_us, r.gemm1_us, r.gemm2_us, r.sum_us,
-        r.distinct_experts, r.workspace_bytes / 1e6);
+        r.tokens, r.plan + marker(r), r.median_us, r.floor_us, 100.0 * r.floor_us / r.median_us,
+        r.flops / r.median_us / 1e6, r.weight_bytes / r.median_us / 1e6, r.align_us, r.gemm1_us,
+        r.gemm2_us, r.sum_us, r.distinct_experts, r.workspace_bytes / 1e6);
   }
   fmt::print(
-      "\n* the built-in default plan (tuned tables in configs/cuda take precedence: moe tune); "
-      "TB/s counts the distinct experts' weights only; decode/1 runs every stage in one launch, "
+      "\n* the built-in default plan; + the tuned table's plan (configs/cuda, moe tune), which a "
+      "call of that size runs instead where one is listed; TB/s counts the distinct experts' "
+      "weights only; decode/1 runs every stage in one launch, "
       "shown as gemm1\n");
   if (o.timeline) print_timelines(rows);
 }

@@ -40,6 +40,9 @@ struct CudaBenchRow {
   int64_t tokens = 0;
   std::string plan;         // cuda_plans::plan_name: "stream/16", "mma/128", "tiny/1"
   bool is_default = false;  // cuda::default_plan, the choice when no tuned table has the shape
+  // cuda_plans::choose_plan: the plan a call of this size runs here (the tuned table's entry when
+  // one can run it, else the default).
+  bool is_chosen = false;
   std::string cannot_run;  // why the plan cannot run this size (cuda::why_plan_cannot_run): untimed
   double median_us = 0, min_us = 0;
   double align_us = 0, gemm1_us = 0, gemm2_us = 0, sum_us = 0;  // one un-captured call
