@@ -55,8 +55,8 @@ bool gemm2_with_sum(const ExpertsPlan& plan, int64_t tokens) {
 // Whether gemm2, where it starts behind gemm1 (kDependentGemm2MaxRows), reads each block's rows
 // once gemm1 has written them instead of after all of gemm1 (GroupedGemmArgs::block_done): the
 // tma plans, but not where gemm1 may still read cache3 (gather_input_first), which gemm2 writes.
-// On the H200 the 128-row plans, whose gemm2 reads the rows by TMA, took 2-2.5% less time with it
-// at Qwen3-30B-A3B's 1024 tokens (docs/cuda.md).
+// On the H200 the 128-row plans, whose gemm2 reads the rows by TMA, took 1.4-2.5% less time with
+// it at Qwen3-30B-A3B's 1024 tokens (two machines, docs/perf.md).
 bool gemm2_reads_finished_blocks(const ExpertsPlan& plan, const ExpertsProblem& problem) {
   return is_tma_kernel(plan.kernel) && !gather_input_first(plan, problem);
 }

@@ -272,6 +272,7 @@ std::vector<CudaBenchRow> run_cuda_bench(const MoeConfig& config, const CudaBenc
 
     const cuda::ExpertsPlan default_plan = cuda::default_plan(problems[0]);
     const cuda::ExpertsPlan chosen = cuda_plans::choose_plan(problems[0], ceilings.device_name);
+    const std::string chosen_name = plan_name(chosen);
     std::vector<cuda::ExpertsPlan> plans = {default_plan};
     auto add_plan = [&plans](const cuda::ExpertsPlan& plan) {
       const bool listed = std::any_of(plans.begin(), plans.end(), [&](const auto& p) {
@@ -291,7 +292,7 @@ std::vector<CudaBenchRow> run_cuda_bench(const MoeConfig& config, const CudaBenc
       row.tokens = tokens;
       row.plan = plan_name(plan);
       row.is_default = &plan == &plans.front();
-      row.is_chosen = row.plan == plan_name(chosen);
+      row.is_chosen = row.plan == chosen_name;
       row.distinct_experts = distinct;
       row.weight_bytes = distinct * 3.0 * static_cast<double>(H * I) * 2.0;
       row.flops = 6.0 * static_cast<double>(tokens * k) * static_cast<double>(H * I);
@@ -482,8 +483,7 @@ void run_cuda_bench_command(const CudaBenchCommand& o) {
   fmt::print(
       "\n* the built-in default plan; + the tuned table's plan (configs/cuda, moe tune), which a "
       "call of that size runs instead where one is listed; TB/s counts the distinct experts' "
-      "weights only; decode/1 runs every stage in one launch, "
-      "shown as gemm1\n");
+      "weights only; decode/1 runs every stage in one launch, shown as gemm1\n");
   if (o.timeline) print_timelines(rows);
 }
 
