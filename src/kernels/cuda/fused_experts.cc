@@ -127,9 +127,12 @@ ExpertsPlan default_plan(const ExpertsProblem& problem) {
     // 16384; at Qwen3-30B-A3B's H 2048 it lost to tma at every size.
     const bool in_order = problem.hidden_size >= 4096;
     const GemmKernel kernel = in_order ? GemmKernel::kTmaDynamic : GemmKernel::kTma;
-    // 128-row tiles from 64 rows per expert on: Qwen3-30B-A3B at 1024 tokens (64 rows) ran
-    // tma/128 in 399 us against 437 for tma/64; DeepSeek-V3 at 1024 tokens (32 rows) keeps 64.
-    return {kernel, rows_per_expert <= 48 ? 64 : 128, false};
+    // 128-row tiles past 56 rows per expert: on the H200 (thirty-sixth session, docs/perf.md)
+    // 64-row blocks were faster up to 56 rows (Qwen3-30B-A3B at 832 and 896 tokens 348-355 us
+    // against 363-371 for tma/128, DeepSeek-V3 at 1792 tokens 5596 against 5707-5712 for
+    // tma_dynamic/128) and slower from 60 (Qwen3-30B-A3B at 960 tokens 379 against 374, at 1024
+    // 411-414 against 368-372).
+    return {kernel, rows_per_expert <= 56 ? 64 : 128, false};
   }
   if (rows_per_expert <= 1) return {GemmKernel::kStream, 4, false};
   if (rows_per_expert <= 32) return {GemmKernel::kMma, 32, false};
