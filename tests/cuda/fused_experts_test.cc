@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <random>
 
@@ -314,8 +315,9 @@ TEST_F(CudaFusedExperts, Gemm2WaitsForEachBlockOfTheSameCall) {
 }
 
 // ExpertsRunner::record_timeline, for `moe bench --timeline`: with a tma plan every thread block of
-// both GEMMs reports, each ending after it started and within a second of gemm1's first start;
-// recording changes no output bit; other plans report nothing.
+// both GEMMs reports, each ending after it started and within a second of gemm1's first start, and
+// the stage marks come in stream order around them; recording changes no output bit; other plans
+// report marks only.
 TEST_F(CudaFusedExperts, TimelineRecordsEveryThreadBlock) {
   if (!cuda::wgmma_available()) GTEST_SKIP() << "the tma kernels need an sm_90 GPU";
   const ExpertsInputs in = testing::make_inputs(bf16_case(300, 264, 136, 64, 4, 380));
@@ -326,26 +328,27 @@ TEST_F(CudaFusedExperts, TimelineRecordsEveryThreadBlock) {
     cuda::ExpertsRunner runner;
     runner.record_timeline(true);
     runner.run(v.problem, plan, nullptr);
-    auto spans = runner.read_timeline(nullptr);
+    auto timeline = runner.read_timeline(nullptr);
     out = d.out.to_host();
-    return spans;
+    return timeline;
   };
   for (const cuda::ExpertsPlan& plan : std::vector<cuda::ExpertsPlan>{
            {cuda::GemmKernel::kTma, 64, false}, {cuda::GemmKernel::kTmaDynamic, 16, false}}) {
     SCOPED_TRACE(cuda_plans::plan_name(plan));
     const Tensor plain = run_plan(in, plan);
     Tensor recorded;
-    const auto spans = run_recording(plan, recorded);
+    const auto timeline = run_recording(plan, recorded);
     EXPECT_EQ(std::memcmp(plain.data<uint16_t>(), recorded.data<uint16_t>(), plain.nbytes()), 0);
     std::vector<int> blocks[2];
-    double first_start = 1e9;
-    for (const auto& span : spans) {
+    double first_start = 1e9, last_end = -1e9;
+    for (const auto& span : timeline.spans) {
       ASSERT_TRUE(span.gemm == 1 || span.gemm == 2) << span.gemm;
       blocks[span.gemm - 1].push_back(span.block);
       EXPECT_LE(span.start_us, span.end_us) << "gemm" << span.gemm << " block " << span.block;
       EXPECT_LT(span.end_us, 1e6) << "gemm" << span.gemm << " block " << span.block;
       EXPECT_GE(span.multiprocessor, 0);
       if (span.gemm == 1) first_start = std::min(first_start, span.start_us);
+      last_end = std::max(last_end, span.end_us);
     }
     EXPECT_EQ(first_start, 0.0);
     for (std::vector<int>& ids : blocks) {
@@ -353,9 +356,20 @@ TEST_F(CudaFusedExperts, TimelineRecordsEveryThreadBlock) {
       std::sort(ids.begin(), ids.end());
       for (size_t i = 0; i < ids.size(); ++i) EXPECT_EQ(ids[i], static_cast<int>(i));
     }
+    const auto& m = timeline.marks;
+    EXPECT_LE(m.start_us, m.aligned_us);
+    EXPECT_LE(m.aligned_us, 0.0);
+    EXPECT_TRUE(std::isnan(m.gathered_us)) << "no copy into block order in this plan";
+    EXPECT_GE(m.gemm2_done_us, last_end);
+    EXPECT_LE(m.gemm2_done_us, m.done_us);
+    EXPECT_LT(m.done_us, 1e6);
   }
   Tensor out;
-  EXPECT_TRUE(run_recording({cuda::GemmKernel::kMma, 64, false}, out).empty());
+  const auto other = run_recording({cuda::GemmKernel::kMma, 64, false}, out);
+  EXPECT_TRUE(other.spans.empty());
+  EXPECT_EQ(other.marks.start_us, 0.0);
+  EXPECT_LE(other.marks.aligned_us, other.marks.gemm2_done_us);
+  EXPECT_LE(other.marks.gemm2_done_us, other.marks.done_us);
 }
 
 // What a serving loop does: each routing's call captured once in a CUDA graph, the graphs

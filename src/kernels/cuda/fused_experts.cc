@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <limits>
 #include <string>
 
 #include "kernels/cuda/align_block_size.h"
@@ -10,12 +11,19 @@
 #include "kernels/cuda/decode_experts.h"
 #include "kernels/cuda/gather_block_rows.h"
 #include "kernels/cuda/moe_sum.h"
+#include "kernels/cuda/time_mark.h"
 #include "kernels/cuda/tiny_gemm2_sum.h"
 #include "moe/align.h"
 #include "moe/error.h"
 
 namespace moe::cuda {
 namespace {
+
+// record_timeline's buffer: the thread blocks of gemm1, then of gemm2 (GroupedGemmArgs::timeline),
+// then the stage marks (ExpertsRunner::StageMarks, in its order).
+constexpr int kTimelineMarksWord = 2 * kMaxTimelineBlocks * kTimelineWords;
+enum TimelineMark { kMarkStart, kMarkAligned, kMarkGathered, kMarkGemm2Done, kMarkDone, kMarks };
+constexpr int kTimelineBufferWords = kTimelineMarksWord + kMarks;
 
 // Rows per expert up to which gemm2 starts behind gemm1 (GroupedGemmArgs::after_previous_grid).
 constexpr int64_t kDependentGemm2MaxRows = 64;
@@ -210,9 +218,7 @@ void ExpertsRunner::reserve(const ExpertsProblem& problem, const ExpertsPlan& pl
     }
   }
   if (!plan.tiny_batch) align_scratch_.reserve(align_scratch_bytes(pairs, problem.num_experts));
-  if (record_timeline_) {
-    timeline_.reserve(2 * kMaxTimelineBlocks * kTimelineWords * sizeof(uint64_t));
-  }
+  if (record_timeline_) timeline_.reserve(kTimelineBufferWords * sizeof(uint64_t));
   const int64_t cache2_rows = rows_in_block_order(plan) ? padded : pairs;
   cache2_.reserve(std::max<int64_t>(cache2_rows * problem.intermediate_size, 1) * 2);
   if (plan.kernel == GemmKernel::kDecode) {
@@ -230,18 +236,20 @@ size_t ExpertsRunner::workspace_bytes() const {
          tile_counter_.capacity() + decode_sync_.capacity() + block_done_.capacity();
 }
 
-std::vector<ExpertsRunner::ThreadBlockSpan> ExpertsRunner::read_timeline(
-    cudaStream_t stream) const {
+ExpertsRunner::Timeline ExpertsRunner::read_timeline(cudaStream_t stream) const {
+  constexpr double kNone = std::numeric_limits<double>::quiet_NaN();
+  Timeline timeline{{}, {kNone, kNone, kNone, kNone, kNone}};
   std::vector<uint64_t> words(timeline_.capacity() / sizeof(uint64_t));
-  if (words.empty()) return {};
+  if (words.empty()) return timeline;
   check(cudaStreamSynchronize(stream), "cudaStreamSynchronize(timeline)");
   check(cudaMemcpy(words.data(), timeline_.data(), timeline_.capacity(), cudaMemcpyDeviceToHost),
         "cudaMemcpy(timeline)");
   auto word = [&](int gemm, int block, int i) {
     return words[((gemm - 1) * kMaxTimelineBlocks + block) * kTimelineWords + i];
   };
-  // Times from gemm1's first start (gemm2's when gemm1 recorded none); word 0 is zero where the
-  // last call had no such thread block.
+  const uint64_t* marks = words.data() + kTimelineMarksWord;
+  // Times from gemm1's first start (gemm2's when gemm1 recorded none, else the start mark); a
+  // word is zero where the last call had no such thread block or mark.
   uint64_t first_start = 0;
   for (int gemm = 1; gemm <= 2 && first_start == 0; ++gemm) {
     for (int block = 0; block < kMaxTimelineBlocks; ++block) {
@@ -249,19 +257,23 @@ std::vector<ExpertsRunner::ThreadBlockSpan> ExpertsRunner::read_timeline(
       if (start != 0 && (first_start == 0 || start < first_start)) first_start = start;
     }
   }
+  if (first_start == 0) first_start = marks[kMarkStart];
   // Differences first: nanoseconds since the epoch do not fit a double's mantissa.
   auto since_first = [&](uint64_t ns) {
     return static_cast<double>(static_cast<int64_t>(ns - first_start)) / 1e3;
   };
-  std::vector<ThreadBlockSpan> spans;
   for (int gemm = 1; gemm <= 2; ++gemm) {
     for (int block = 0; block < kMaxTimelineBlocks; ++block) {
       if (word(gemm, block, 0) == 0) continue;
-      spans.push_back({gemm, block, since_first(word(gemm, block, 0)),
-                       since_first(word(gemm, block, 1)), static_cast<int>(word(gemm, block, 2))});
+      timeline.spans.push_back({gemm, block, since_first(word(gemm, block, 0)),
+                                since_first(word(gemm, block, 1)),
+                                static_cast<int>(word(gemm, block, 2))});
     }
   }
-  return spans;
+  auto mark = [&](int i) { return marks[i] == 0 ? kNone : since_first(marks[i]); };
+  timeline.marks = {mark(kMarkStart), mark(kMarkAligned), mark(kMarkGathered), mark(kMarkGemm2Done),
+                    mark(kMarkDone)};
+  return timeline;
 }
 
 void ExpertsRunner::run(const ExpertsProblem& problem, const ExpertsPlan& plan, cudaStream_t stream,
@@ -304,9 +316,20 @@ void ExpertsRunner::run(const ExpertsProblem& problem, const ExpertsPlan& plan, 
     const int64_t pairs = m * k;
     const int32_t* topk_ids = problem.topk_ids + t0 * k;
     StageClock clock(times != nullptr);
+    auto* timeline = static_cast<uint64_t*>(timeline_.data());
+    auto time_mark = [&](int i) {
+      if (record_timeline_) record_time_mark(timeline + kTimelineMarksWord + i, stream);
+    };
+    if (record_timeline_) {
+      // Zeroed, so that thread blocks a smaller grid leaves out, and stages this call does not
+      // run, read as none.
+      check(cudaMemsetAsync(timeline, 0, timeline_.capacity(), stream),
+            "cudaMemsetAsync(timeline)");
+    }
 
     // The tiny-batch layout is the identity, so the GEMMs read topk_ids directly: no launch.
     clock.mark(0, stream);
+    time_mark(kMarkStart);
     if (!plan.tiny_batch) {
       align_block_size(
           {topk_ids, problem.expert_map, pairs, problem.num_experts, local_experts, plan.block_m,
@@ -314,6 +337,7 @@ void ExpertsRunner::run(const ExpertsProblem& problem, const ExpertsPlan& plan, 
           stream);
     }
     clock.mark(1, stream);
+    time_mark(kMarkAligned);
 
     const int64_t max_blocks =
         (plan.tiny_batch ? pairs
@@ -342,6 +366,7 @@ void ExpertsRunner::run(const ExpertsProblem& problem, const ExpertsPlan& plan, 
       gather_block_rows({gemm.input, sorted, expert_ids, num_padded, max_blocks * plan.block_m,
                          pairs, k, plan.block_m, local_experts, H, cache3_.data()},
                         stream);
+      time_mark(kMarkGathered);
       gemm.input = cache3_.data();
       gemm.row_divisor = 1;
       gemm.input_in_block_order = true;
@@ -358,13 +383,7 @@ void ExpertsRunner::run(const ExpertsProblem& problem, const ExpertsPlan& plan, 
         pairs <= kDependentGemm2MaxRows * std::max<int64_t>(local_experts, 1);
     const bool per_block = dependent_gemm2 && gemm2_reads_finished_blocks(plan, problem);
     if (per_block) gemm.block_done = static_cast<int32_t*>(block_done_.data());
-    auto* timeline = static_cast<uint64_t*>(timeline_.data());
-    if (record_timeline_) {
-      // Zeroed, so that thread blocks a smaller grid leaves out read as none.
-      check(cudaMemsetAsync(timeline, 0, timeline_.capacity(), stream),
-            "cudaMemsetAsync(timeline)");
-      gemm.timeline = timeline;
-    }
+    if (record_timeline_) gemm.timeline = timeline;
     grouped_gemm(plan.kernel, /*gated=*/true, gemm, stream);
     clock.mark(2, stream);
 
@@ -375,6 +394,7 @@ void ExpertsRunner::run(const ExpertsProblem& problem, const ExpertsPlan& plan, 
            m, k, H, I, static_cast<uint16_t*>(problem.out) + t0 * H},
           stream);
       clock.mark(3, stream);
+      time_mark(kMarkGemm2Done);
     } else {
       gemm.input = cache2_.data();
       gemm.row_divisor = 1;
@@ -400,6 +420,7 @@ void ExpertsRunner::run(const ExpertsProblem& problem, const ExpertsPlan& plan, 
       if (record_timeline_) gemm.timeline = timeline + kMaxTimelineBlocks * kTimelineWords;
       grouped_gemm(plan.kernel, /*gated=*/false, gemm, stream);
       clock.mark(3, stream);
+      time_mark(kMarkGemm2Done);
 
       SumArgs sum{cache3_.data(),
                   topk_ids,
@@ -413,6 +434,7 @@ void ExpertsRunner::run(const ExpertsProblem& problem, const ExpertsPlan& plan, 
       moe_sum(sum, stream);
     }
     clock.mark(4, stream);
+    time_mark(kMarkDone);
 
     if (times) {
       times->align_us += clock.us(0, 1);

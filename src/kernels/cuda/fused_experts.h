@@ -54,16 +54,27 @@ class ExpertsRunner {
   size_t workspace_bytes() const;
 
   // For measurements: from the next call on, the tma plans' GEMMs record when each of their
-  // thread blocks starts and ends (GroupedGemmArgs::timeline); read_timeline gives those of the
-  // last call with tokens (its last chunk's), synchronizing the stream. Other plans record none.
+  // thread blocks starts and ends (GroupedGemmArgs::timeline), and every plan but decode/1 puts
+  // marks between its stages (time_mark.h); read_timeline gives those of the last call with
+  // tokens (its last chunk's), synchronizing the stream. Times are from the first start of
+  // gemm1's thread blocks, or from the call's start mark where no thread block recorded one.
   void record_timeline(bool on) { record_timeline_ = on; }
   struct ThreadBlockSpan {
     int gemm = 0;  // 1 or 2
     int block = 0;
-    double start_us = 0, end_us = 0;  // from the first start of gemm1's thread blocks
+    double start_us = 0, end_us = 0;
     int multiprocessor = 0;
   };
-  std::vector<ThreadBlockSpan> read_timeline(cudaStream_t stream) const;
+  // When the stream reached each point; NaN where the call has no such stage (gathered: only
+  // plans that copy gemm1's rows into block order; all of them for decode/1).
+  struct StageMarks {
+    double start_us, aligned_us, gathered_us, gemm2_done_us, done_us;
+  };
+  struct Timeline {
+    std::vector<ThreadBlockSpan> spans;  // tma plans only
+    StageMarks marks;
+  };
+  Timeline read_timeline(cudaStream_t stream) const;
 
  private:
   // The decode plan: one launch (decode_experts.h), act in cache2_, its counters in decode_sync_.

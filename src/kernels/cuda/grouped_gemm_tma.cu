@@ -59,6 +59,7 @@
 #include "kernels/cuda/accumulator_chunks.cuh"
 #include "kernels/cuda/bf16_math.cuh"
 #include "kernels/cuda/check.h"
+#include "kernels/cuda/global_timer.cuh"
 #include "kernels/cuda/grouped_gemm_launch.h"
 #include "kernels/cuda/tile_rows.cuh"
 #include "kernels/cuda/wgmma.cuh"
@@ -361,12 +362,6 @@ __device__ __forceinline__ void for_each_tile(const TileWalk<kBlockM, kCluster, 
     if (kind == TileKind::kEnd) return;
     if (kind == TileKind::kWork) body(work);
   }
-}
-
-__device__ __forceinline__ uint64_t global_timer_ns() {
-  uint64_t ns;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));
-  return ns;
 }
 
 __device__ __forceinline__ uint32_t multiprocessor_id() {

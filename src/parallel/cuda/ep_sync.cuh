@@ -10,6 +10,7 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/global_timer.cuh"
 #include "parallel/cuda/ep_status.h"
 
 namespace moe::cuda::ep {
@@ -39,12 +40,6 @@ __device__ __forceinline__ uint4 load_coherent(const uint4* address) {
                : "l"(address)
                : "memory");
   return v;
-}
-
-__device__ __forceinline__ uint64_t global_timer_ns() {
-  uint64_t ns;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ns));
-  return ns;
 }
 
 __device__ __forceinline__ uint64_t make_flag(uint32_t step, uint32_t value) {

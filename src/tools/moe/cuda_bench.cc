@@ -4,6 +4,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <numeric>
 #include <random>
@@ -63,9 +64,9 @@ void min_median_max(std::vector<double> values, double out[3]) {
   out[2] = values.back();
 }
 
-TimelineSummary summarize(const std::vector<cuda::ExpertsRunner::ThreadBlockSpan>& spans) {
+TimelineSummary summarize(const cuda::ExpertsRunner::Timeline& timeline, double replay_us) {
   std::vector<double> gemm1_end, gemm2_start, gemm2_end;
-  for (const auto& span : spans) {
+  for (const auto& span : timeline.spans) {
     if (span.gemm == 1) {
       gemm1_end.push_back(span.end_us);
     } else {
@@ -81,6 +82,13 @@ TimelineSummary summarize(const std::vector<cuda::ExpertsRunner::ThreadBlockSpan
     min_median_max(gemm2_start, summary.gemm2_start);
     min_median_max(gemm2_end, summary.gemm2_end);
   }
+  const cuda::ExpertsRunner::StageMarks& m = timeline.marks;
+  summary.start_mark = m.start_us;
+  summary.aligned_mark = m.aligned_us;
+  summary.gathered_mark = m.gathered_us;
+  summary.gemm2_done_mark = m.gemm2_done_us;
+  summary.done_mark = m.done_us;
+  summary.replay_us = replay_us;
   return summary;
 }
 
@@ -351,7 +359,7 @@ std::vector<CudaBenchRow> run_cuda_bench(const MoeConfig& config, const CudaBenc
       }
       for (cudaEvent_t mark : marks) cudaEventDestroy(mark);
       for (cudaGraphExec_t graph : graphs) cudaGraphExecDestroy(graph);
-      if (options.timeline) row.timeline = summarize(runner.read_timeline(stream));
+      if (options.timeline) row.timeline = summarize(runner.read_timeline(stream), replays.back());
       row.median_us = median(replays);
       row.min_us = *std::min_element(replays.begin(), replays.end());
       rows.push_back(row);
@@ -386,6 +394,21 @@ void print_timelines(const std::vector<CudaBenchRow>& rows) {
     fmt::print("{:>6} {:>10} {:>7} {:>22} {:>7} {:>22} {:>22}\n", r.tokens, r.plan + marker(r),
                t.gemm1_blocks, triple(t.gemm1_end), t.gemm2_blocks, triple(t.gemm2_start),
                triple(t.gemm2_end));
+  }
+  fmt::print(
+      "\nstage marks of the same replay (the stream reaching each point, same origin) and the "
+      "replay's time between its events:\n");
+  fmt::print("{:>6} {:>10} {:>9} {:>9} {:>9} {:>9} {:>11} {:>9}\n", "tokens", "plan", "replay",
+             "start", "aligned", "gathered", "gemm2 done", "done");
+  auto value = [](double us) {
+    return std::isnan(us) ? std::string("-") : fmt::format("{:.1f}", us);
+  };
+  for (const CudaBenchRow& r : rows) {
+    const TimelineSummary& t = r.timeline;
+    if (!r.cannot_run.empty() || std::isnan(t.start_mark)) continue;
+    fmt::print("{:>6} {:>10} {:>9.1f} {:>9} {:>9} {:>9} {:>11} {:>9}\n", r.tokens,
+               r.plan + marker(r), t.replay_us, value(t.start_mark), value(t.aligned_mark),
+               value(t.gathered_mark), value(t.gemm2_done_mark), value(t.done_mark));
   }
 }
 
@@ -441,13 +464,26 @@ void run_cuda_bench_command(const CudaBenchCommand& o) {
                                 {"flops", r.flops},
                                 {"workspace_bytes", r.workspace_bytes}});
       const TimelineSummary& t = r.timeline;
-      if (o.timeline && t.gemm1_blocks > 0) {
+      if (o.timeline && r.cannot_run.empty()) {
         auto triple = [](const double v[3]) { return nlohmann::json::array({v[0], v[1], v[2]}); };
-        report["rows"].back()["timeline"] = {{"gemm1_blocks", t.gemm1_blocks},
-                                             {"gemm2_blocks", t.gemm2_blocks},
-                                             {"gemm1_end_us", triple(t.gemm1_end)},
-                                             {"gemm2_start_us", triple(t.gemm2_start)},
-                                             {"gemm2_end_us", triple(t.gemm2_end)}};
+        // NaN (no such stage) as null.
+        auto mark = [](double us) {
+          return std::isnan(us) ? nlohmann::json() : nlohmann::json(us);
+        };
+        nlohmann::json& timeline = report["rows"].back()["timeline"];
+        timeline = {{"replay_us", t.replay_us},
+                    {"start_mark_us", mark(t.start_mark)},
+                    {"aligned_mark_us", mark(t.aligned_mark)},
+                    {"gathered_mark_us", mark(t.gathered_mark)},
+                    {"gemm2_done_mark_us", mark(t.gemm2_done_mark)},
+                    {"done_mark_us", mark(t.done_mark)}};
+        if (t.gemm1_blocks > 0) {
+          timeline.update({{"gemm1_blocks", t.gemm1_blocks},
+                           {"gemm2_blocks", t.gemm2_blocks},
+                           {"gemm1_end_us", triple(t.gemm1_end)},
+                           {"gemm2_start_us", triple(t.gemm2_start)},
+                           {"gemm2_end_us", triple(t.gemm2_end)}});
+        }
       }
     }
     if (!o.output.empty()) write_text(o.output, report.dump(2) + "\n");

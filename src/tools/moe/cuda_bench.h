@@ -27,6 +27,9 @@ struct CudaBenchOptions {
 struct TimelineSummary {
   int gemm1_blocks = 0, gemm2_blocks = 0;  // 0: the plan recorded none
   double gemm1_end[3] = {}, gemm2_start[3] = {}, gemm2_end[3] = {};
+  // ExpertsRunner::StageMarks: when the stream reached each stage's end (NaN: no such stage).
+  double start_mark = 0, aligned_mark = 0, gathered_mark = 0, gemm2_done_mark = 0, done_mark = 0;
+  double replay_us = 0;  // that replay's time between its events
 };
 
 // The two ceilings of the floor, measured on the current GPU.
