@@ -277,7 +277,7 @@ TEST_F(CudaFusedExperts, TileCounterPlansRepeatExactlyThroughOneRunner) {
   }
 }
 
-// Up to 64 rows per expert gemm2 reads each block's rows once gemm1's count for that block is
+// Up to 128 rows per expert gemm2 reads each block's rows once gemm1's count for that block is
 // full (GroupedGemmArgs::block_done), and its last thread block sets the counts back to zero: one
 // runner on routing A, B (fewer blocks), then A again matches the reference each time and gives
 // A's bits twice. Left at their totals, the counts would let the next call's gemm2 read rows
@@ -290,7 +290,8 @@ TEST_F(CudaFusedExperts, Gemm2WaitsForEachBlockOfTheSameCall) {
   ExpertsCase mapped = bf16_case(300, 72, 40, 48, 6, 362);  // 56 rows per local expert
   mapped.expert_map = true;
   const std::vector<ExpertsCase> cases = {bf16_case(600, 264, 136, 64, 4, 360), skewed, mapped,
-                                          bf16_case(200, 72, 2048, 12, 3, 363)};
+                                          bf16_case(200, 72, 2048, 12, 3, 363),
+                                          bf16_case(1600, 264, 136, 64, 4, 364)};  // 100 rows
   for (const ExpertsCase& c : cases) {
     SCOPED_TRACE(c.describe());
     const ExpertsInputs a = testing::make_inputs(c);
@@ -375,8 +376,8 @@ TEST_F(CudaFusedExperts, TimelineRecordsEveryThreadBlock) {
 // What a serving loop does: each routing's call captured once in a CUDA graph, the graphs
 // replayed in turn. Every replay must give the bits of the un-captured call: a kernel that
 // synchronizes with the host or allocates fails the capture, one that keeps state between
-// launches (tile counters, gemm2 started as gemm1's programmatic dependent at up to 64 rows per
-// expert) would drift across replays.
+// launches (tile counters, gemm2 started as gemm1's programmatic dependent at up to 64 or 128 rows
+// per expert) would drift across replays.
 TEST_F(CudaFusedExperts, CapturedGraphsReplayTheUncapturedBits) {
   std::vector<cuda::ExpertsPlan> plans = {{cuda::GemmKernel::kStream, 16, false},
                                           {cuda::GemmKernel::kMma, 64, false},
@@ -387,10 +388,11 @@ TEST_F(CudaFusedExperts, CapturedGraphsReplayTheUncapturedBits) {
       for (int64_t block_m : {16, 64, 128}) plans.push_back({kernel, block_m, false});
     }
   }
-  // 50 rows per expert (gemm2 behind gemm1), 375 rows per expert (not), and a decode size.
-  const std::vector<ExpertsCase> cases = {bf16_case(200, 264, 136, 24, 6, 340),
-                                          bf16_case(1500, 264, 136, 24, 6, 341),
-                                          bf16_case(4, 72, 40, 64, 4, 342)};
+  // 50 rows per expert (gemm2 behind gemm1), 100 (behind gemm1 where it waits per block), 375
+  // (not), and a decode size.
+  const std::vector<ExpertsCase> cases = {
+      bf16_case(200, 264, 136, 24, 6, 340), bf16_case(400, 264, 136, 24, 6, 343),
+      bf16_case(1500, 264, 136, 24, 6, 341), bf16_case(4, 72, 40, 64, 4, 342)};
   cudaStream_t stream = nullptr;
   ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
   for (const ExpertsCase& c : cases) {

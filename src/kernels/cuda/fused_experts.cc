@@ -25,8 +25,11 @@ constexpr int kTimelineMarksWord = 2 * kMaxTimelineBlocks * kTimelineWords;
 enum TimelineMark { kMarkStart, kMarkAligned, kMarkGathered, kMarkGemm2Done, kMarkDone, kMarks };
 constexpr int kTimelineBufferWords = kTimelineMarksWord + kMarks;
 
-// Rows per expert up to which gemm2 starts behind gemm1 (GroupedGemmArgs::after_previous_grid).
+// Rows per expert up to which gemm2 starts behind gemm1 (GroupedGemmArgs::after_previous_grid):
+// where it then waits for all of gemm1, and where it waits for each block it reads
+// (gemm2_reads_finished_blocks).
 constexpr int64_t kDependentGemm2MaxRows = 64;
+constexpr int64_t kPerBlockGemm2MaxRows = 128;
 
 int64_t chunk_tokens(const ExpertsProblem& problem) {
   return std::min(problem.num_tokens, kChunkTokens);
@@ -378,9 +381,10 @@ void ExpertsRunner::run(const ExpertsProblem& problem, const ExpertsPlan& plan, 
     gemm.out = cache2_.data();
     gemm.out_in_block_order = rows_in_block_order(plan);
     gemm.topk_weights = nullptr;
-    const bool dependent_gemm2 =
-        !gemm2_with_sum(plan, m) && is_tma_kernel(plan.kernel) &&
-        pairs <= kDependentGemm2MaxRows * std::max<int64_t>(local_experts, 1);
+    const int64_t dependent_max_rows =
+        gemm2_reads_finished_blocks(plan, problem) ? kPerBlockGemm2MaxRows : kDependentGemm2MaxRows;
+    const bool dependent_gemm2 = !gemm2_with_sum(plan, m) && is_tma_kernel(plan.kernel) &&
+                                 pairs <= dependent_max_rows * std::max<int64_t>(local_experts, 1);
     const bool per_block = dependent_gemm2 && gemm2_reads_finished_blocks(plan, problem);
     if (per_block) gemm.block_done = static_cast<int32_t*>(block_done_.data());
     if (record_timeline_) gemm.timeline = timeline;
@@ -409,9 +413,11 @@ void ExpertsRunner::run(const ExpertsProblem& problem, const ExpertsPlan& plan, 
       gemm.tile_counter = static_cast<int32_t*>(tile_counter_.data()) + kTileCounterWords;
       // Its weights stream in while gemm1's last tiles finish (grouped_gemm.h). On the H200 that
       // took 3-8 us off Qwen3-30B-A3B's 16-1024 tokens and 4-30 off DeepSeek-V3's 64-1024 (up to
-      // 64 rows per expert); past that it measured 48-65 us slower in one session and 11-38 us
-      // faster in the next at Qwen3-30B-A3B's 4096 tokens (256 rows, power-capped), and within
-      // the spread at 128 and 512 rows (docs/perf.md), so it stays where it was measured faster.
+      // 64 rows per expert); past that, waiting for all of gemm1, it measured 48-65 us slower in
+      // one session and 11-38 us faster in the next at Qwen3-30B-A3B's 4096 tokens (256 rows,
+      // power-capped), and within the spread at 128 and 512 rows. Waiting per block, it took
+      // 1-2% off Qwen3-30B-A3B's 1536 and 2048 tokens (96 and 128 rows) and was lost in the
+      // spread at 16384 (docs/perf.md), so it goes as far as measured faster.
       gemm.after_previous_grid = dependent_gemm2;
       if (per_block) {
         gemm.block_done_target = static_cast<int32_t>((I + kTmaGatedColumnsPerTile - 1) /
