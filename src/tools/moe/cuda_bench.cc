@@ -4,6 +4,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <numeric>
@@ -178,6 +179,14 @@ void upload(cuda::DeviceBuffer& buffer, const void* host, size_t bytes) {
 
 }  // namespace
 
+// From idle a GPU runs at its boost clock until its power, averaged over about a second, reaches
+// the board's limit; then the clock drops, for a moment far (0.8-1.0 GHz on the H200s measured,
+// 700 W limit), then to what the load allows (1.3-1.7 GHz). Rows timed in that first second ran
+// faster than a busy serving GPU does, and the row the drop fell on up to 35% slower
+// (docs/perf.md, thirty-seventh session). So the ceilings and the rows are measured after this
+// long at the GEMM's full load.
+constexpr double kPowerWarmupSeconds = 2.0;
+
 CudaCeilings measure_cuda_ceilings() {
   CudaCeilings c;
   int device = 0;
@@ -187,17 +196,6 @@ CudaCeilings measure_cuda_ceilings() {
   c.device_name = prop.name;
   cudaStream_t stream;
   check(cudaStreamCreate(&stream), "cudaStreamCreate");
-
-  const size_t copy_bytes = size_t{2} << 30;
-  cuda::DeviceBuffer from, to;
-  from.reserve(copy_bytes);
-  to.reserve(copy_bytes);
-  cuda::fill_normal_bf16(from.data(), copy_bytes / 2, 1, 1.0f, stream);
-  const double copy_us = median_us(stream, 10, [&] {
-    check(cudaMemcpyAsync(to.data(), from.data(), copy_bytes, cudaMemcpyDeviceToDevice, stream),
-          "cudaMemcpyAsync");
-  });
-  c.copy_bytes_per_s = 2.0 * copy_bytes / (copy_us * 1e-6);
 
   // Random data: zeros run measurably faster on tensor cores.
   const int n = 8192;
@@ -211,12 +209,31 @@ CudaCeilings measure_cuda_ceilings() {
   check(cublasCreate(&handle), "cublasCreate");
   check(cublasSetStream(handle, stream), "cublasSetStream");
   const float one = 1.0f, zero = 0.0f;
-  const double gemm_us = median_us(stream, 10, [&] {
+  auto gemm = [&] {
     check(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, n, n, n, &one, a.data(), CUDA_R_16BF, n,
                        b.data(), CUDA_R_16BF, n, &zero, out.data(), CUDA_R_16BF, n,
                        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
           "cublasGemmEx");
+  };
+  const auto warmup_start = std::chrono::steady_clock::now();
+  while (std::chrono::duration<double>(std::chrono::steady_clock::now() - warmup_start).count() <
+         kPowerWarmupSeconds) {
+    for (int i = 0; i < 10; ++i) gemm();
+    check(cudaStreamSynchronize(stream), "cudaStreamSynchronize(warm-up)");
+  }
+
+  const size_t copy_bytes = size_t{2} << 30;
+  cuda::DeviceBuffer from, to;
+  from.reserve(copy_bytes);
+  to.reserve(copy_bytes);
+  cuda::fill_normal_bf16(from.data(), copy_bytes / 2, 1, 1.0f, stream);
+  const double copy_us = median_us(stream, 10, [&] {
+    check(cudaMemcpyAsync(to.data(), from.data(), copy_bytes, cudaMemcpyDeviceToDevice, stream),
+          "cudaMemcpyAsync");
   });
+  c.copy_bytes_per_s = 2.0 * copy_bytes / (copy_us * 1e-6);
+
+  const double gemm_us = median_us(stream, 10, gemm);
   c.bf16_flops_per_s = 2.0 * n * n * static_cast<double>(n) / (gemm_us * 1e-6);
   cublasDestroy(handle);
   cudaStreamDestroy(stream);
@@ -494,11 +511,12 @@ void run_cuda_bench_command(const CudaBenchCommand& o) {
   }
   fmt::print(
       "moe bench: {} (H {}, I {}, E {}, k {}) bf16 on {}\n"
-      "ceilings measured in this run: copy {:.2f} TB/s (read + write), bf16 GEMM {:.0f} TFLOP/s\n"
+      "ceilings measured in this run, after {:.0f} s of GEMMs at full load (the board at its power "
+      "limit): copy {:.2f} TB/s (read + write), bf16 GEMM {:.0f} TFLOP/s\n"
       "times: median of CUDA-graph replays over 8 rotating {} routings; stages: mean of one "
       "un-captured call per routing, after an untimed one\n\n",
       o.preset, config.experts.hidden_size, config.experts.intermediate_size,
-      config.routing.num_experts, config.routing.top_k, ceilings.device_name,
+      config.routing.num_experts, config.routing.top_k, ceilings.device_name, kPowerWarmupSeconds,
       ceilings.copy_bytes_per_s / 1e12, ceilings.bf16_flops_per_s / 1e12,
       o.balanced ? "balanced" : "uniform");
   fmt::print("{:>6} {:>10} {:>10} {:>9} {:>8} {:>8} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>8}\n",
