@@ -416,8 +416,8 @@ void ExpertsRunner::run(const ExpertsProblem& problem, const ExpertsPlan& plan, 
       // 64 rows per expert); past that, waiting for all of gemm1, it measured 48-65 us slower in
       // one session and 11-38 us faster in the next at Qwen3-30B-A3B's 4096 tokens (256 rows,
       // power-capped), and within the spread at 128 and 512 rows. Waiting per block, it took
-      // 1-2% off Qwen3-30B-A3B's 1536 and 2048 tokens (96 and 128 rows) and was lost in the
-      // spread at 16384 (docs/perf.md), so it goes as far as measured faster.
+      // 0.5-3.8% off Qwen3-30B-A3B's 1536 and 2048 tokens (96 and 128 rows) and was lost in the
+      // spread at 4096-16384 (docs/perf.md), so it goes as far as measured faster.
       gemm.after_previous_grid = dependent_gemm2;
       if (per_block) {
         gemm.block_done_target = static_cast<int32_t>((I + kTmaGatedColumnsPerTile - 1) /
