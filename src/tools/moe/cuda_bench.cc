@@ -413,8 +413,8 @@ void print_timelines(const std::vector<CudaBenchRow>& rows) {
                triple(t.gemm2_end));
   }
   fmt::print(
-      "\nstage marks of the same replay (the stream reaching each point, same origin) and the "
-      "replay's time between its events:\n");
+      "\nstage marks of the same replay (the stream reaching each point; same origin, or the "
+      "start mark where no thread block recorded one) and the replay's time between its events:\n");
   fmt::print("{:>6} {:>10} {:>9} {:>9} {:>9} {:>9} {:>11} {:>9}\n", "tokens", "plan", "replay",
              "start", "aligned", "gathered", "gemm2 done", "done");
   auto value = [](double us) {
