@@ -381,11 +381,12 @@ void ExpertsRunner::run(const ExpertsProblem& problem, const ExpertsPlan& plan, 
     gemm.out = cache2_.data();
     gemm.out_in_block_order = rows_in_block_order(plan);
     gemm.topk_weights = nullptr;
+    const bool reads_finished_blocks = gemm2_reads_finished_blocks(plan, problem);
     const int64_t dependent_max_rows =
-        gemm2_reads_finished_blocks(plan, problem) ? kPerBlockGemm2MaxRows : kDependentGemm2MaxRows;
+        reads_finished_blocks ? kPerBlockGemm2MaxRows : kDependentGemm2MaxRows;
     const bool dependent_gemm2 = !gemm2_with_sum(plan, m) && is_tma_kernel(plan.kernel) &&
                                  pairs <= dependent_max_rows * std::max<int64_t>(local_experts, 1);
-    const bool per_block = dependent_gemm2 && gemm2_reads_finished_blocks(plan, problem);
+    const bool per_block = dependent_gemm2 && reads_finished_blocks;
     if (per_block) gemm.block_done = static_cast<int32_t*>(block_done_.data());
     if (record_timeline_) gemm.timeline = timeline;
     grouped_gemm(plan.kernel, /*gated=*/true, gemm, stream);
