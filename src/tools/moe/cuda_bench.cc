@@ -83,12 +83,7 @@ TimelineSummary summarize(const cuda::ExpertsRunner::Timeline& timeline, double 
     min_median_max(gemm2_start, summary.gemm2_start);
     min_median_max(gemm2_end, summary.gemm2_end);
   }
-  const cuda::ExpertsRunner::StageMarks& m = timeline.marks;
-  summary.start_mark = m.start_us;
-  summary.aligned_mark = m.aligned_us;
-  summary.gathered_mark = m.gathered_us;
-  summary.gemm2_done_mark = m.gemm2_done_us;
-  summary.done_mark = m.done_us;
+  summary.marks = timeline.marks;
   summary.replay_us = replay_us;
   return summary;
 }
@@ -422,10 +417,10 @@ void print_timelines(const std::vector<CudaBenchRow>& rows) {
   };
   for (const CudaBenchRow& r : rows) {
     const TimelineSummary& t = r.timeline;
-    if (!r.cannot_run.empty() || std::isnan(t.start_mark)) continue;
+    if (!r.cannot_run.empty() || std::isnan(t.marks.start_us)) continue;
     fmt::print("{:>6} {:>10} {:>9.1f} {:>9} {:>9} {:>9} {:>11} {:>9}\n", r.tokens,
-               r.plan + marker(r), t.replay_us, value(t.start_mark), value(t.aligned_mark),
-               value(t.gathered_mark), value(t.gemm2_done_mark), value(t.done_mark));
+               r.plan + marker(r), t.replay_us, value(t.marks.start_us), value(t.marks.aligned_us),
+               value(t.marks.gathered_us), value(t.marks.gemm2_done_us), value(t.marks.done_us));
   }
 }
 
@@ -489,11 +484,11 @@ void run_cuda_bench_command(const CudaBenchCommand& o) {
         };
         nlohmann::json& timeline = report["rows"].back()["timeline"];
         timeline = {{"replay_us", t.replay_us},
-                    {"start_mark_us", mark(t.start_mark)},
-                    {"aligned_mark_us", mark(t.aligned_mark)},
-                    {"gathered_mark_us", mark(t.gathered_mark)},
-                    {"gemm2_done_mark_us", mark(t.gemm2_done_mark)},
-                    {"done_mark_us", mark(t.done_mark)}};
+                    {"start_mark_us", mark(t.marks.start_us)},
+                    {"aligned_mark_us", mark(t.marks.aligned_us)},
+                    {"gathered_mark_us", mark(t.marks.gathered_us)},
+                    {"gemm2_done_mark_us", mark(t.marks.gemm2_done_us)},
+                    {"done_mark_us", mark(t.marks.done_us)}};
         if (t.gemm1_blocks > 0) {
           timeline.update({{"gemm1_blocks", t.gemm1_blocks},
                            {"gemm2_blocks", t.gemm2_blocks},

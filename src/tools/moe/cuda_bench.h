@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cuda/fused_experts.h"
 #include "moe/config.h"
 
 namespace moe::cli {
@@ -27,8 +28,7 @@ struct CudaBenchOptions {
 struct TimelineSummary {
   int gemm1_blocks = 0, gemm2_blocks = 0;  // 0: the plan recorded none
   double gemm1_end[3] = {}, gemm2_start[3] = {}, gemm2_end[3] = {};
-  // ExpertsRunner::StageMarks: when the stream reached each stage's end (NaN: no such stage).
-  double start_mark = 0, aligned_mark = 0, gathered_mark = 0, gemm2_done_mark = 0, done_mark = 0;
+  cuda::ExpertsRunner::StageMarks marks = {};
   double replay_us = 0;  // that replay's time between its events
 };
 
