@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <set>
@@ -172,6 +173,86 @@ void upload(cuda::DeviceBuffer& buffer, const void* host, size_t bytes) {
   check(cudaMemcpy(buffer.data(), host, bytes, cudaMemcpyHostToDevice), "cudaMemcpy");
 }
 
+// One plan at one token count: its row, its runner, and a graph of one call per routing set. Every
+// plan of a size keeps its runner's workspace until all are timed (with --sweep at DeepSeek-V3's
+// 16384 tokens: 14 plans of up to 2.5 GB each).
+struct TimedPlan {
+  CudaBenchRow row;
+  std::unique_ptr<cuda::ExpertsRunner> runner;
+  std::vector<cudaGraphExec_t> graphs;
+  std::vector<double> replays;  // microseconds, in the order they ran
+};
+
+// Fills the row's per-stage split from un-captured calls and captures the graphs.
+void prepare(TimedPlan& t, const cuda::ExpertsPlan& plan,
+             const std::vector<ExpertsProblem>& problems, bool timeline, cudaStream_t stream) {
+  t.runner = std::make_unique<cuda::ExpertsRunner>();
+  cuda::ExpertsRunner& runner = *t.runner;
+  runner.record_timeline(timeline);
+  const int sets = static_cast<int>(problems.size());
+  // Un-captured calls first: they size the workspace and give the per-stage split. One call
+  // before them is not timed: a kernel's first launch in the process loads its module (lazily),
+  // and the events around it counted that as time of its stage.
+  runner.run(problems[0], plan, stream);
+  for (const ExpertsProblem& problem : problems) {
+    StageTimes times;
+    runner.run(problem, plan, stream, &times);
+    t.row.align_us += times.align_us / sets;
+    t.row.gemm1_us += times.gemm1_us / sets;
+    t.row.gemm2_us += times.gemm2_us / sets;
+    t.row.sum_us += times.sum_us / sets;
+  }
+  t.row.workspace_bytes = runner.workspace_bytes();
+  t.graphs.resize(problems.size());
+  for (int s = 0; s < sets; ++s) {
+    cudaGraph_t graph;
+    check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), "BeginCapture");
+    runner.run(problems[s], plan, stream);
+    check(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
+    check(cudaGraphInstantiate(&t.graphs[s], graph, 0), "cudaGraphInstantiate");
+    cudaGraphDestroy(graph);
+  }
+}
+
+// Replays the plans in turns, `rounds` times: in round r each plan replays every routing set once,
+// the round starting at plan r % plans, each replay between its own pair of events. The GPU stays
+// busy from the first replay to the last and every plan meets the clock of every part of the run.
+// Timed one after another, each right after the host had captured its graphs, a plan's figure
+// depended on its place in the run: `tma/128` at Qwen3-30B-A3B's 4096 tokens read 852-919 us over
+// four processes, slowest where it came first; in turns 864-865 in two (docs/perf.md,
+// thirty-eighth session). Within a turn the routings rotate, so no two consecutive replays read
+// the same experts' weights.
+void time_in_turns(const std::vector<TimedPlan*>& plans, int rounds, cudaStream_t stream) {
+  if (plans.empty()) return;
+  for (TimedPlan* t : plans) {
+    for (cudaGraphExec_t graph : t->graphs) check(cudaGraphLaunch(graph, stream), "warm-up");
+  }
+  const size_t n = plans.size(), sets = plans[0]->graphs.size();
+  const size_t count = static_cast<size_t>(rounds) * n * sets;
+  std::vector<cudaEvent_t> marks(count + 1);
+  for (cudaEvent_t& mark : marks) check(cudaEventCreate(&mark), "cudaEventCreate");
+  std::vector<TimedPlan*> owner(count);
+  size_t i = 0;
+  check(cudaEventRecord(marks[0], stream), "cudaEventRecord");
+  for (size_t r = 0; r < static_cast<size_t>(rounds); ++r) {
+    for (size_t j = 0; j < n; ++j) {
+      TimedPlan* t = plans[(r + j) % n];
+      for (cudaGraphExec_t graph : t->graphs) {
+        check(cudaGraphLaunch(graph, stream), "cudaGraphLaunch");
+        owner[i] = t;
+        check(cudaEventRecord(marks[++i], stream), "cudaEventRecord");
+      }
+    }
+  }
+  check(cudaEventSynchronize(marks[count]), "cudaEventSynchronize");
+  for (size_t m = 0; m < count; ++m) {
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, marks[m], marks[m + 1]), "cudaEventElapsedTime");
+    owner[m]->replays.push_back(ms * 1000.0);
+  }
+  for (cudaEvent_t mark : marks) cudaEventDestroy(mark);
+}
+
 }  // namespace
 
 // From idle a GPU runs at its boost clock until its power, averaged over about a second, reaches
@@ -305,13 +386,13 @@ std::vector<CudaBenchRow> run_cuda_bench(const MoeConfig& config, const CudaBenc
       for (const cuda::ExpertsPlan& plan : candidate_plans(problems[0])) add_plan(plan);
     }
     for (const std::string& name : options.plans) add_plan(parse_plan_name(name));
-    for (const cuda::ExpertsPlan& plan : plans) {
-      cuda::ExpertsRunner runner;
-      runner.record_timeline(options.timeline);
-      CudaBenchRow row;
+    std::vector<TimedPlan> timed(plans.size());
+    std::vector<TimedPlan*> runnable;
+    for (size_t i = 0; i < plans.size(); ++i) {
+      CudaBenchRow& row = timed[i].row;
       row.tokens = tokens;
-      row.plan = plan_name(plan);
-      row.is_default = &plan == &plans.front();
+      row.plan = plan_name(plans[i]);
+      row.is_default = i == 0;
       row.is_chosen = row.plan == chosen_name;
       row.distinct_experts = distinct;
       row.weight_bytes = distinct * 3.0 * static_cast<double>(H * I) * 2.0;
@@ -320,61 +401,22 @@ std::vector<CudaBenchRow> run_cuda_bench(const MoeConfig& config, const CudaBenc
                               row.flops / ceilings.bf16_flops_per_s) *
                      1e6;
       // A plan asked for by name may not take every size (decode/1 past 8 tokens).
-      row.cannot_run = cuda::why_plan_cannot_run(plan, problems[0]);
-      if (!row.cannot_run.empty()) {
-        rows.push_back(row);
-        continue;
+      row.cannot_run = cuda::why_plan_cannot_run(plans[i], problems[0]);
+      if (!row.cannot_run.empty()) continue;
+      prepare(timed[i], plans[i], problems, options.timeline, stream);
+      runnable.push_back(&timed[i]);
+    }
+    time_in_turns(runnable, options.repeats, stream);
+    for (TimedPlan& t : timed) {
+      for (cudaGraphExec_t graph : t.graphs) cudaGraphExecDestroy(graph);
+      if (!t.replays.empty()) {
+        if (options.timeline) {
+          t.row.timeline = summarize(t.runner->read_timeline(stream), t.replays.back());
+        }
+        t.row.median_us = median(t.replays);
+        t.row.min_us = *std::min_element(t.replays.begin(), t.replays.end());
       }
-
-      // Un-captured calls first: they size the workspace and give the per-stage split. One call
-      // before them is not timed: a kernel's first launch in the process loads its module
-      // (lazily), and the events around it counted that as time of its stage.
-      runner.run(problems[0], plan, stream);
-      for (int s = 0; s < options.routing_sets; ++s) {
-        StageTimes times;
-        runner.run(problems[s], plan, stream, &times);
-        row.align_us += times.align_us / options.routing_sets;
-        row.gemm1_us += times.gemm1_us / options.routing_sets;
-        row.gemm2_us += times.gemm2_us / options.routing_sets;
-        row.sum_us += times.sum_us / options.routing_sets;
-      }
-      row.workspace_bytes = runner.workspace_bytes();
-
-      std::vector<cudaGraphExec_t> graphs(options.routing_sets);
-      for (int s = 0; s < options.routing_sets; ++s) {
-        cudaGraph_t graph;
-        check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), "BeginCapture");
-        runner.run(problems[s], plan, stream);
-        check(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
-        check(cudaGraphInstantiate(&graphs[s], graph, 0), "cudaGraphInstantiate");
-        cudaGraphDestroy(graph);
-      }
-      for (int s = 0; s < options.routing_sets; ++s) {
-        check(cudaGraphLaunch(graphs[s], stream), "cudaGraphLaunch");  // warm-up
-      }
-      // Each replay between its own pair of events, the routings rotating, so that no two
-      // consecutive replays read the same experts' weights.
-      const int count = options.repeats * options.routing_sets;
-      std::vector<cudaEvent_t> marks(count + 1);
-      for (cudaEvent_t& mark : marks) check(cudaEventCreate(&mark), "cudaEventCreate");
-      check(cudaEventRecord(marks[0], stream), "cudaEventRecord");
-      for (int i = 0; i < count; ++i) {
-        check(cudaGraphLaunch(graphs[i % options.routing_sets], stream), "cudaGraphLaunch");
-        check(cudaEventRecord(marks[i + 1], stream), "cudaEventRecord");
-      }
-      check(cudaEventSynchronize(marks[count]), "cudaEventSynchronize");
-      std::vector<double> replays(count);
-      for (int i = 0; i < count; ++i) {
-        float ms = 0;
-        check(cudaEventElapsedTime(&ms, marks[i], marks[i + 1]), "cudaEventElapsedTime");
-        replays[i] = ms * 1000.0;
-      }
-      for (cudaEvent_t mark : marks) cudaEventDestroy(mark);
-      for (cudaGraphExec_t graph : graphs) cudaGraphExecDestroy(graph);
-      if (options.timeline) row.timeline = summarize(runner.read_timeline(stream), replays.back());
-      row.median_us = median(replays);
-      row.min_us = *std::min_element(replays.begin(), replays.end());
-      rows.push_back(row);
+      rows.push_back(t.row);
     }
   }
   check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
@@ -508,8 +550,9 @@ void run_cuda_bench_command(const CudaBenchCommand& o) {
       "moe bench: {} (H {}, I {}, E {}, k {}) bf16 on {}\n"
       "ceilings measured in this run, after {:.0f} s of GEMMs at full load (the board at its power "
       "limit): copy {:.2f} TB/s (read + write), bf16 GEMM {:.0f} TFLOP/s\n"
-      "times: median of CUDA-graph replays over 8 rotating {} routings; stages: mean of one "
-      "un-captured call per routing, after an untimed one\n\n",
+      "times: median of CUDA-graph replays over 8 rotating {} routings, the plans of a size "
+      "replayed in turns; stages: mean of one un-captured call per routing, after an untimed "
+      "one\n\n",
       o.preset, config.experts.hidden_size, config.experts.intermediate_size,
       config.routing.num_experts, config.routing.top_k, ceilings.device_name, kPowerWarmupSeconds,
       ceilings.copy_bytes_per_s / 1e12, ceilings.bf16_flops_per_s / 1e12,

@@ -124,7 +124,8 @@ void tune_cuda(const TuneOptions& o) {
 
   fmt::print(
       "moe tune: {} (E {}, H {}, I {}, k {}) bf16 on {}\n"
-      "every plan timed as CUDA-graph replays over 8 rotating routings; best = lowest median\n\n",
+      "every plan timed as CUDA-graph replays over 8 rotating routings, the plans of a size in "
+      "turns; best = lowest median\n\n",
       o.preset, E, H, I, k, ceilings.device_name);
   fmt::print("{:>6} {:>10} {:>9} {:>10} {:>9} {:>13} {:>9}\n", "tokens", "best", "us", "default",
              "us", "default/best", "floor us");
