@@ -80,6 +80,40 @@ void tile_kernel(benchmark::State& state, moe::CpuIsa isa, moe::DType weight_dty
                  " rows x 32 x " + std::to_string(k) + " k");
 }
 
+// A path's epilogue (epilogue_rows.h) on one block of 32 rows of a panel pair, bf16 out as in a
+// bf16 layer: gemm1's SiLU (16 outputs a row) into rows 768 apart, gemm2's scaling (32 a row)
+// into rows 2048 apart, as Qwen3-30B-A3B's; sums and outputs stay in L1 and L2. It runs once per
+// row and pair, beside 2 x K / 32 tile instructions of 16 cycles each, so its time per row is
+// the figure to hold against those (`ns_per_row`).
+void epilogue(benchmark::State& state, moe::CpuIsa isa, bool gated) {
+  const moe::cpu::ExpertKernels kernels = moe::cpu::expert_kernels(isa, moe::DType::kBF16);
+  constexpr int64_t kRows = 32;
+  const int64_t out_stride = gated ? 768 : 2048;
+  std::vector<float> acc(kRows * moe::cpu::kPairWidth);
+  for (size_t i = 0; i < acc.size(); ++i) acc[i] = 0.01f * static_cast<float>(i % 97) - 0.4f;
+  std::vector<int32_t> ids(kRows);
+  std::vector<float> scale(kRows, 0.125f);
+  for (int64_t r = 0; r < kRows; ++r) ids[static_cast<size_t>(r)] = static_cast<int32_t>(r);
+  std::vector<uint16_t> out(static_cast<size_t>(kRows * out_stride));
+  moe::cpu::EpilogueArgs e;
+  e.acc = acc.data();
+  e.rows = kRows;
+  e.ids = ids.data();
+  e.scale = gated ? nullptr : scale.data();
+  e.width = gated ? moe::cpu::kPanelWidth : moe::cpu::kPairWidth;
+  e.out = out.data();
+  e.out_stride = out_stride;
+  e.out_dtype = moe::DType::kBF16;
+  const moe::cpu::EpilogueRows run = gated ? kernels.silu_rows : kernels.scale_rows;
+  for (auto _ : state) {
+    run(e);
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.counters["ns_per_row"] = benchmark::Counter(
+      static_cast<double>(state.iterations() * kRows),
+      benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+}
+
 // One case per supported path, weight dtype its kernels take (the bf16-input paths: bf16) and
 // block height: every height up to the path's full block, as the remainders of a chunk get them
 // (the amx path, whose blocks are padded to 16 rows: 1, 16 and 32).
@@ -98,6 +132,13 @@ const bool registered = [] {
         bench->Arg(rows);
       }
       bench->MinTime(0.5);
+    }
+    const moe::cpu::ExpertKernels kernels = moe::cpu::expert_kernels(isa, moe::DType::kBF16);
+    for (const bool gated : {true, false}) {
+      if ((gated ? kernels.silu_rows : kernels.scale_rows) == nullptr) continue;
+      const std::string name = std::string(gated ? "SiluRows/" : "ScaleRows/") +
+                               std::string(moe::cpu_isa_name(isa)) + "/bf16";
+      benchmark::RegisterBenchmark(name.c_str(), epilogue, isa, gated)->MinTime(0.5);
     }
   }
   return true;

@@ -242,6 +242,55 @@ TEST(EpilogueRows, RoundToBf16MatchesToBf16OnTiesAndSpecials) {
   check_rounding<16>(values);
 }
 
+// The bf16 paths' builds round whole vectors with vcvtneps2bf16, which takes denormals as zero,
+// and keep the integer rounding for a vector with one: rows of ties, NaNs, infinities and
+// denormals, mixed so that vectors with and without a denormal both occur, round as to_bf16 does,
+// streamed or not.
+TEST(EpilogueRows, ScaleRoundsSpecialsToBf16LikeToBf16) {
+  const std::vector<uint32_t> specials = {
+      0x3f808000u, 0x3f818000u, 0x7f7fffffu, 0x7fc00001u, 0x7f800001u, 0xffa00000u,
+      0x7f800000u, 0xff800000u, 0x80000000u, 0x00000001u /* denormal */,
+      0x807fffffu /* denormal */, 0x00408000u /* denormal tie */, 0x00418000u /* denormal tie */};
+  constexpr int64_t kRows = 16;
+  std::vector<float> acc(static_cast<size_t>(kRows * cpu::kPairWidth));
+  for (int64_t r = 0; r < kRows; ++r) {
+    for (int64_t col = 0; col < cpu::kPairWidth; ++col) {
+      const size_t at = static_cast<size_t>(r * cpu::kPairWidth + col);
+      // Rows 0-7: every special somewhere; rows 8-15: ordinary values but for one special that
+      // is not a denormal.
+      const size_t special = static_cast<size_t>(r * 7 + col * 3) % specials.size();
+      acc[at] = r < 8 ? f32_from_bits(specials[special])
+                      : (col == r ? f32_from_bits(specials[special % 9])
+                                  : 1.0f / static_cast<float>(3 + r + col));
+    }
+  }
+  std::vector<int32_t> ids(kRows);
+  for (int64_t r = 0; r < kRows; ++r) ids[static_cast<size_t>(r)] = static_cast<int32_t>(r);
+  for (const Epilogues& build : every_build()) {
+    for (const bool stream : {false, true}) {
+      SCOPED_TRACE(build.name + " stream=" + std::to_string(stream));
+      alignas(64) uint16_t out[kRows * cpu::kPairWidth];
+      std::fill(std::begin(out), std::end(out), kPoisonBits);
+      cpu::EpilogueArgs e;
+      e.acc = acc.data();
+      e.rows = kRows;
+      e.ids = ids.data();
+      e.width = cpu::kPairWidth;
+      e.out = out;
+      e.out_stride = cpu::kPairWidth;
+      e.out_dtype = DType::kBF16;
+      e.stream = stream;
+      build.scale_rows(e);
+      for (size_t i = 0; i < acc.size(); ++i) {
+        // scale_rows computes (acc + 0) * 1: -0 becomes +0, a signalling NaN quiet.
+        const float expected = (acc[i] + 0.0f) * 1.0f;
+        ASSERT_EQ(out[i], to_bf16(expected).bits)
+            << "element " << i << ", value bits " << std::hex << f32_bits(acc[i]);
+      }
+    }
+  }
+}
+
 TEST(EpilogueRows, SiluKeepsNan) {
   std::vector<float> acc(cpu::kPairWidth, 1.0f);
   acc[3] = std::numeric_limits<float>::quiet_NaN();

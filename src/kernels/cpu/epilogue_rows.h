@@ -19,6 +19,9 @@
 #pragma once
 
 #include <emmintrin.h>
+#if defined(__AVX512BF16__)
+#include <immintrin.h>
+#endif
 
 #include <cstddef>
 #include <cstdint>
@@ -40,17 +43,76 @@ struct EpilogueLanes {
 // quiet. The NaN test compares as signed (both sides are below 2^31): x86 before AVX-512 has no
 // unsigned vector comparison.
 template <int kLanes>
-void round_to_bf16(const typename Lanes<kLanes>::Floats& values, uint16_t* out) {
+void round_to_bf16(const typename Lanes<kLanes>::Floats& values,
+                   typename EpilogueLanes<kLanes>::Halves& out) {
   using Bits = typename EpilogueLanes<kLanes>::Bits;
   Bits bits;
   std::memcpy(&bits, &values, sizeof bits);
+#if defined(__AVX512BF16__)
+  if constexpr (kLanes == 16) {
+    // vcvtneps2bf16 rounds to nearest even and quiets a NaN as below, in one instruction instead
+    // of about ten, but takes a denormal input as zero: a vector with one keeps the integer path.
+    __m512i lanes;
+    std::memcpy(&lanes, &bits, sizeof lanes);
+    const __mmask16 denormal =
+        _mm512_testn_epi32_mask(lanes, _mm512_set1_epi32(0x7f800000)) &
+        _mm512_test_epi32_mask(lanes, _mm512_set1_epi32(0x7fffffff));
+    if (denormal == 0) {
+      const __m256bh halves = _mm512_cvtneps_pbh(_mm512_castsi512_ps(lanes));
+      std::memcpy(&out, &halves, sizeof out);
+      return;
+    }
+  }
+#endif
   const Bits rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
   const Bits quiet_nan = (bits >> 16) | 0x0040u;
   const auto magnitude = reinterpret_cast<typename Lanes<kLanes>::Ints>(bits & 0x7fffffffu);
   const Bits is_nan = reinterpret_cast<Bits>(magnitude > 0x7f800000);
-  const auto halves = __builtin_convertvector((is_nan & quiet_nan) | (~is_nan & rounded),
-                                              typename EpilogueLanes<kLanes>::Halves);
+  out = __builtin_convertvector((is_nan & quiet_nan) | (~is_nan & rounded),
+                                typename EpilogueLanes<kLanes>::Halves);
+}
+
+template <int kLanes>
+void round_to_bf16(const typename Lanes<kLanes>::Floats& values, uint16_t* out) {
+  typename EpilogueLanes<kLanes>::Halves halves;
+  round_to_bf16<kLanes>(values, halves);
   std::memcpy(out, &halves, sizeof halves);
+}
+
+// A vector's bytes to out past the caches, with SSE2's non-temporal stores (which every x86-64
+// has): 16 bytes at a time, or 8 for the 4 bf16 lanes of the SSE2 build. out is aligned to the
+// store's size.
+template <typename Vector>
+void stream_bytes(void* out, const Vector& values) {
+  if constexpr (sizeof(Vector) % 16 == 0) {
+    for (size_t i = 0; i < sizeof(Vector); i += 16) {
+      __m128i chunk;
+      std::memcpy(&chunk, reinterpret_cast<const char*>(&values) + i, sizeof chunk);
+      _mm_stream_si128(reinterpret_cast<__m128i*>(static_cast<char*>(out) + i), chunk);
+    }
+  } else {
+    static_assert(sizeof(Vector) == 8, "whole 8-byte stores");
+    long long chunk;
+    std::memcpy(&chunk, &values, sizeof chunk);
+    _mm_stream_si64(static_cast<long long*>(out), chunk);
+  }
+}
+
+// Vector v of a row's results at out, which holds the row's first `width` (kPairWidth for
+// scale_rows, kPanelWidth for silu_rows): a whole vector goes straight from its register, a
+// ragged last one through memory, only up to the width.
+template <typename Vector, typename T>
+void store_vector(T* out, int v, const Vector& values, int64_t width) {
+  constexpr int64_t kCount = sizeof(Vector) / sizeof(T);
+  T* to = out + v * kCount;
+  const int64_t left = width - v * kCount;
+  if (left >= kCount) {
+    std::memcpy(to, &values, sizeof values);
+  } else if (left > 0) {
+    T spilled[kCount];
+    std::memcpy(spilled, &values, sizeof values);
+    std::memcpy(to, spilled, static_cast<size_t>(left) * sizeof(T));
+  }
 }
 
 template <int kLanes>
@@ -62,98 +124,100 @@ void silu_rows(const EpilogueArgs& e) {
     std::memcpy(bias_gate, e.bias, sizeof bias_gate);
     std::memcpy(bias_up, e.bias + kPanelWidth, sizeof bias_up);
   }
+  // Locals: the stores below go through memcpy, which may alias anything, e's fields included.
+  const float* const acc = e.acc;
+  const int32_t* const ids = e.ids;
+  const int64_t rows = e.rows, width = e.width, out_stride = e.out_stride;
   const bool bf16_out = e.out_dtype == DType::kBF16;
-  const bool full = e.width == kPanelWidth;
-  for (int64_t r = 0; r < e.rows; ++r) {
-    const float* acc = e.acc + r * kPairWidth;
-    float activated[kPanelWidth];
-    uint16_t halves[kPanelWidth];
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* sums = acc + r * kPairWidth;
+    const int64_t row = ids[r] * out_stride;
     for (int v = 0; v < kVectors; ++v) {
       Floats gate, up, sigmoid;
-      std::memcpy(&gate, acc + v * kLanes, sizeof gate);
-      std::memcpy(&up, acc + kPanelWidth + v * kLanes, sizeof up);
+      std::memcpy(&gate, sums + v * kLanes, sizeof gate);
+      std::memcpy(&up, sums + kPanelWidth + v * kLanes, sizeof up);
       gate = gate + bias_gate[v];
       up = up + bias_up[v];
       vector_sigmoid<kLanes>(gate, sigmoid);
       const Floats value = gate * sigmoid * up;
       if (bf16_out) {
-        round_to_bf16<kLanes>(value, halves + v * kLanes);
+        typename EpilogueLanes<kLanes>::Halves halves;
+        round_to_bf16<kLanes>(value, halves);
+        store_vector(static_cast<uint16_t*>(e.out) + row, v, halves, width);
       } else {
-        std::memcpy(activated + v * kLanes, &value, sizeof value);
+        store_vector(static_cast<float*>(e.out) + row, v, value, width);
       }
     }
-    // Whole panels (every row but a ragged last pair's) store with a fixed size: no call.
-    const int64_t row = e.ids[r] * e.out_stride;
-    if (bf16_out) {
-      uint16_t* out = static_cast<uint16_t*>(e.out) + row;
-      full ? std::memcpy(out, halves, sizeof halves)
-           : std::memcpy(out, halves, static_cast<size_t>(e.width) * sizeof(uint16_t));
-    } else {
-      float* out = static_cast<float*>(e.out) + row;
-      full ? std::memcpy(out, activated, sizeof activated)
-           : std::memcpy(out, activated, static_cast<size_t>(e.width) * sizeof(float));
-    }
   }
 }
 
-// One output row of a panel pair (32 values: 128 bytes of f32, 64 of bf16), past the caches
-// (EpilogueArgs::stream) where the row is 16-byte aligned (SSE2's non-temporal store, which every
-// x86-64 has), else an ordinary copy. The row's bytes are written one after another, so the
-// write-combining buffers send whole lines.
-template <size_t kBytes>
-void stream_row(void* out, const void* values) {
-  if (reinterpret_cast<uintptr_t>(out) % 16 != 0) {
-    std::memcpy(out, values, kBytes);
-    return;
-  }
-  for (size_t i = 0; i < kBytes; i += 16) {
-    _mm_stream_si128(
-        reinterpret_cast<__m128i*>(static_cast<char*>(out) + i),
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const char*>(values) + i)));
-  }
-}
-
-// The first `width` of a row's 32 values at `out`: a whole row (every row but a ragged last
-// pair's) with a fixed size, no call, or past the caches with `stream`.
-template <typename T>
-void store_row(T* out, const T (&values)[kPairWidth], int64_t width, bool stream) {
-  if (width != kPairWidth) {
-    std::memcpy(out, values, static_cast<size_t>(width) * sizeof(T));
-  } else if (stream) {
-    stream_row<sizeof values>(out, values);
-  } else {
-    std::memcpy(out, values, sizeof values);
-  }
-}
-
-// bf16 out (cache3 of a bf16 layer, fused_experts.h) rounds each f32 value once, as moe::to_bf16.
-template <int kLanes>
-void scale_rows(const EpilogueArgs& e) {
+// scale_rows' whole rows (width kPairWidth) as T (float, or uint16_t for bf16 bits): each vector
+// from its register to the row, past the caches with `stream` where the row is 16-byte aligned.
+template <int kLanes, typename T>
+void scale_whole_rows(const EpilogueArgs& e) {
   using Floats = typename Lanes<kLanes>::Floats;
   constexpr int kVectors = kPairWidth / kLanes;
   Floats bias[kVectors] = {};
   if (e.bias) std::memcpy(bias, e.bias, sizeof bias);
-  const bool bf16_out = e.out_dtype == DType::kBF16;
-  for (int64_t r = 0; r < e.rows; ++r) {
-    const int32_t id = e.ids[r];
-    const float scale = e.scale ? e.scale[id] : 1.0f;
-    float values[kPairWidth];
-    uint16_t halves[kPairWidth];
+  // Locals: the stores below may alias anything, e's fields included.
+  const float* const acc = e.acc;
+  const float* const scales = e.scale;
+  const int32_t* const ids = e.ids;
+  T* const out = static_cast<T*>(e.out);
+  const int64_t rows = e.rows, out_stride = e.out_stride;
+  const bool stream = e.stream;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int32_t id = ids[r];
+    const float scale = scales ? scales[id] : 1.0f;
+    T* const to = out + id * out_stride;
+    const bool streamed = stream && reinterpret_cast<uintptr_t>(to) % 16 == 0;
     for (int v = 0; v < kVectors; ++v) {
       Floats sum;
-      std::memcpy(&sum, e.acc + r * kPairWidth + v * kLanes, sizeof sum);
+      std::memcpy(&sum, acc + r * kPairWidth + v * kLanes, sizeof sum);
       sum = (sum + bias[v]) * scale;
-      if (bf16_out) {
-        round_to_bf16<kLanes>(sum, halves + v * kLanes);
+      if constexpr (sizeof(T) == sizeof(uint16_t)) {
+        typename EpilogueLanes<kLanes>::Halves halves;
+        round_to_bf16<kLanes>(sum, halves);
+        streamed ? stream_bytes(to + v * kLanes, halves)
+                 : void(std::memcpy(to + v * kLanes, &halves, sizeof halves));
       } else {
-        std::memcpy(values + v * kLanes, &sum, sizeof sum);
+        streamed ? stream_bytes(to + v * kLanes, sum)
+                 : void(std::memcpy(to + v * kLanes, &sum, sizeof sum));
       }
     }
-    const int64_t row = id * e.out_stride;
-    if (bf16_out) {
-      store_row(static_cast<uint16_t*>(e.out) + row, halves, e.width, e.stream);
-    } else {
-      store_row(static_cast<float*>(e.out) + row, values, e.width, e.stream);
+  }
+}
+
+// bf16 out (cache3 of a bf16 layer, fused_experts.h) rounds each f32 value once, as moe::to_bf16.
+// With EpilogueArgs::stream, whole rows go past the caches where they are 16-byte aligned (the
+// vectors of a row one after another, so the write-combining buffers send whole lines).
+template <int kLanes>
+void scale_rows(const EpilogueArgs& e) {
+  const bool bf16_out = e.out_dtype == DType::kBF16;
+  if (e.width == kPairWidth) {
+    bf16_out ? scale_whole_rows<kLanes, uint16_t>(e) : scale_whole_rows<kLanes, float>(e);
+  } else {
+    // A ragged last pair: ordinary stores up to the width.
+    using Floats = typename Lanes<kLanes>::Floats;
+    constexpr int kVectors = kPairWidth / kLanes;
+    Floats bias[kVectors] = {};
+    if (e.bias) std::memcpy(bias, e.bias, sizeof bias);
+    for (int64_t r = 0; r < e.rows; ++r) {
+      const int32_t id = e.ids[r];
+      const float scale = e.scale ? e.scale[id] : 1.0f;
+      const int64_t row = id * e.out_stride;
+      for (int v = 0; v < kVectors; ++v) {
+        Floats sum;
+        std::memcpy(&sum, e.acc + r * kPairWidth + v * kLanes, sizeof sum);
+        sum = (sum + bias[v]) * scale;
+        if (bf16_out) {
+          typename EpilogueLanes<kLanes>::Halves halves;
+          round_to_bf16<kLanes>(sum, halves);
+          store_vector(static_cast<uint16_t*>(e.out) + row, v, halves, e.width);
+        } else {
+          store_vector(static_cast<float*>(e.out) + row, v, sum, e.width);
+        }
+      }
     }
   }
   // Non-temporal stores are weakly ordered: fence them before another thread (the sum) reads.
