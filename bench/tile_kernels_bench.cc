@@ -109,9 +109,9 @@ void epilogue(benchmark::State& state, moe::CpuIsa isa, bool gated) {
     run(e);
     benchmark::DoNotOptimize(out.data());
   }
-  state.counters["ns_per_row"] = benchmark::Counter(
-      static_cast<double>(state.iterations() * kRows),
-      benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  state.counters["ns_per_row"] =
+      benchmark::Counter(static_cast<double>(state.iterations() * kRows),
+                         benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
 }
 
 // One case per supported path, weight dtype its kernels take (the bf16-input paths: bf16) and

@@ -247,10 +247,19 @@ TEST(EpilogueRows, RoundToBf16MatchesToBf16OnTiesAndSpecials) {
 // denormals, mixed so that vectors with and without a denormal both occur, round as to_bf16 does,
 // streamed or not.
 TEST(EpilogueRows, ScaleRoundsSpecialsToBf16LikeToBf16) {
-  const std::vector<uint32_t> specials = {
-      0x3f808000u, 0x3f818000u, 0x7f7fffffu, 0x7fc00001u, 0x7f800001u, 0xffa00000u,
-      0x7f800000u, 0xff800000u, 0x80000000u, 0x00000001u /* denormal */,
-      0x807fffffu /* denormal */, 0x00408000u /* denormal tie */, 0x00418000u /* denormal tie */};
+  const std::vector<uint32_t> specials = {0x3f808000u,
+                                          0x3f818000u,
+                                          0x7f7fffffu,
+                                          0x7fc00001u,
+                                          0x7f800001u,
+                                          0xffa00000u,
+                                          0x7f800000u,
+                                          0xff800000u,
+                                          0x80000000u,
+                                          0x00000001u /* denormal */,
+                                          0x807fffffu /* denormal */,
+                                          0x00408000u /* denormal tie */,
+                                          0x00418000u /* denormal tie */};
   constexpr int64_t kRows = 16;
   std::vector<float> acc(static_cast<size_t>(kRows * cpu::kPairWidth));
   for (int64_t r = 0; r < kRows; ++r) {

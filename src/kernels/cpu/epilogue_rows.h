@@ -54,9 +54,8 @@ void round_to_bf16(const typename Lanes<kLanes>::Floats& values,
     // of about ten, but takes a denormal input as zero: a vector with one keeps the integer path.
     __m512i lanes;
     std::memcpy(&lanes, &bits, sizeof lanes);
-    const __mmask16 denormal =
-        _mm512_testn_epi32_mask(lanes, _mm512_set1_epi32(0x7f800000)) &
-        _mm512_test_epi32_mask(lanes, _mm512_set1_epi32(0x7fffffff));
+    const __mmask16 denormal = _mm512_testn_epi32_mask(lanes, _mm512_set1_epi32(0x7f800000)) &
+                               _mm512_test_epi32_mask(lanes, _mm512_set1_epi32(0x7fffffff));
     if (denormal == 0) {
       const __m256bh halves = _mm512_cvtneps_pbh(_mm512_castsi512_ps(lanes));
       std::memcpy(&out, &halves, sizeof out);
@@ -151,10 +150,10 @@ void silu_rows(const EpilogueArgs& e) {
   }
 }
 
-// scale_rows' whole rows (width kPairWidth) as T (float, or uint16_t for bf16 bits): each vector
-// from its register to the row, past the caches with `stream` where the row is 16-byte aligned.
-template <int kLanes, typename T>
-void scale_whole_rows(const EpilogueArgs& e) {
+// scale_rows' loop: vector v of each row's results (T: float, or uint16_t for bf16 bits) goes to
+// store(row, v, vector, streamed), streamed when `stream` holds and the row is 16-byte aligned.
+template <int kLanes, typename T, typename Store>
+void scale_each_row(const EpilogueArgs& e, bool stream, Store store) {
   using Floats = typename Lanes<kLanes>::Floats;
   constexpr int kVectors = kPairWidth / kLanes;
   Floats bias[kVectors] = {};
@@ -165,12 +164,11 @@ void scale_whole_rows(const EpilogueArgs& e) {
   const int32_t* const ids = e.ids;
   T* const out = static_cast<T*>(e.out);
   const int64_t rows = e.rows, out_stride = e.out_stride;
-  const bool stream = e.stream;
   for (int64_t r = 0; r < rows; ++r) {
     const int32_t id = ids[r];
     const float scale = scales ? scales[id] : 1.0f;
-    T* const to = out + id * out_stride;
-    const bool streamed = stream && reinterpret_cast<uintptr_t>(to) % 16 == 0;
+    T* const row = out + id * out_stride;
+    const bool streamed = stream && reinterpret_cast<uintptr_t>(row) % 16 == 0;
     for (int v = 0; v < kVectors; ++v) {
       Floats sum;
       std::memcpy(&sum, acc + r * kPairWidth + v * kLanes, sizeof sum);
@@ -178,11 +176,9 @@ void scale_whole_rows(const EpilogueArgs& e) {
       if constexpr (sizeof(T) == sizeof(uint16_t)) {
         typename EpilogueLanes<kLanes>::Halves halves;
         round_to_bf16<kLanes>(sum, halves);
-        streamed ? stream_bytes(to + v * kLanes, halves)
-                 : void(std::memcpy(to + v * kLanes, &halves, sizeof halves));
+        store(row, v, halves, streamed);
       } else {
-        streamed ? stream_bytes(to + v * kLanes, sum)
-                 : void(std::memcpy(to + v * kLanes, &sum, sizeof sum));
+        store(row, v, sum, streamed);
       }
     }
   }
@@ -190,35 +186,25 @@ void scale_whole_rows(const EpilogueArgs& e) {
 
 // bf16 out (cache3 of a bf16 layer, fused_experts.h) rounds each f32 value once, as moe::to_bf16.
 // With EpilogueArgs::stream, whole rows go past the caches where they are 16-byte aligned (the
-// vectors of a row one after another, so the write-combining buffers send whole lines).
+// vectors of a row one after another, so the write-combining buffers send whole lines). Whole rows
+// and a ragged last pair's run apart: the ragged store's copy of a variable size takes its
+// vector's address, and in the same loop GCC 12 then kept every row's results on the stack.
 template <int kLanes>
 void scale_rows(const EpilogueArgs& e) {
   const bool bf16_out = e.out_dtype == DType::kBF16;
   if (e.width == kPairWidth) {
-    bf16_out ? scale_whole_rows<kLanes, uint16_t>(e) : scale_whole_rows<kLanes, float>(e);
+    const auto whole = [](auto* row, int v, const auto& values, bool streamed) {
+      auto* to = row + v * (sizeof values / sizeof *row);
+      streamed ? stream_bytes(to, values) : void(std::memcpy(to, &values, sizeof values));
+    };
+    bf16_out ? scale_each_row<kLanes, uint16_t>(e, e.stream, whole)
+             : scale_each_row<kLanes, float>(e, e.stream, whole);
   } else {
-    // A ragged last pair: ordinary stores up to the width.
-    using Floats = typename Lanes<kLanes>::Floats;
-    constexpr int kVectors = kPairWidth / kLanes;
-    Floats bias[kVectors] = {};
-    if (e.bias) std::memcpy(bias, e.bias, sizeof bias);
-    for (int64_t r = 0; r < e.rows; ++r) {
-      const int32_t id = e.ids[r];
-      const float scale = e.scale ? e.scale[id] : 1.0f;
-      const int64_t row = id * e.out_stride;
-      for (int v = 0; v < kVectors; ++v) {
-        Floats sum;
-        std::memcpy(&sum, e.acc + r * kPairWidth + v * kLanes, sizeof sum);
-        sum = (sum + bias[v]) * scale;
-        if (bf16_out) {
-          typename EpilogueLanes<kLanes>::Halves halves;
-          round_to_bf16<kLanes>(sum, halves);
-          store_vector(static_cast<uint16_t*>(e.out) + row, v, halves, e.width);
-        } else {
-          store_vector(static_cast<float*>(e.out) + row, v, sum, e.width);
-        }
-      }
-    }
+    const auto ragged = [&e](auto* row, int v, const auto& values, bool) {
+      store_vector(row, v, values, e.width);
+    };
+    bf16_out ? scale_each_row<kLanes, uint16_t>(e, false, ragged)
+             : scale_each_row<kLanes, float>(e, false, ragged);
   }
   // Non-temporal stores are weakly ordered: fence them before another thread (the sum) reads.
   if (e.stream) _mm_sfence();
