@@ -99,7 +99,8 @@ void stream_bytes(void* out, const Vector& values) {
 
 // Vector v of a row's results at out, which holds the row's first `width` (kPairWidth for
 // scale_rows, kPanelWidth for silu_rows): a whole vector goes straight from its register, a
-// ragged last one through memory, only up to the width.
+// ragged last one through a local copy, only up to the width (a copy of a variable size straight
+// from `values` would give the vector an address, and GCC 12 a stack slot in every row).
 template <typename Vector, typename T>
 void store_vector(T* out, int v, const Vector& values, int64_t width) {
   constexpr int64_t kCount = sizeof(Vector) / sizeof(T);
