@@ -21,8 +21,10 @@ int64_t round_up(int64_t value, int64_t multiple) {
 
 // One thread's slice of PackedGemmWorkspace::thread_buffers.
 struct ThreadBuffers {
-  char* rows = nullptr;      // [row_capacity, a_stride] of the kernel's input dtype
-  float* acc = nullptr;      // [row_capacity, 32]: the sums of one pair for every row
+  char* rows = nullptr;  // [row_capacity, a_stride] of the kernel's input dtype
+  // [acc_pairs, row_capacity, 32]: the sums of one pair for every row, or of every pair of an
+  // item while its k panels take turns (k_panel)
+  float* acc = nullptr;
   float* convert = nullptr;  // [k]: one input row in f32 on its way to bf16
 };
 
@@ -30,8 +32,16 @@ struct BufferShape {
   int64_t row_capacity = 0;
   int64_t a_stride = 0;
   int64_t row_bytes = 0;
+  int64_t acc_pairs = 1;
   int64_t floats = 0;  // per thread, a multiple of a cache line
 };
+
+// The most bytes of a chunk's input rows the driver counts on L2 to keep while they meet every
+// pair of an item: three quarters of a 2 MiB L2 (Sapphire Rapids' per core), the rest left to the
+// weights. On the 2-core AMX VM (docs/perf.md, forty-second session) 1 MiB cost Qwen3-30B-A3B's
+// 4096 tokens 5-9% (chunks of 257-320 rows of 4 KiB went through k in two panels), 2 MiB left
+// Mixtral-8x7B's gemm1 rows (256 of 8 KiB) unpanelled and its 1024 tokens 30% slower.
+constexpr int64_t kRowsInL2Bytes = 3 << 19;
 
 // Rows are padded to this: the largest row multiple of any kernel (two AMX tiles).
 constexpr int64_t kRowPadding = 32;
@@ -43,8 +53,11 @@ BufferShape buffer_shape(int64_t max_chunk_rows, const PackedLayout& layout, DTy
   const int64_t elem = static_cast<int64_t>(dtype_size(a_dtype));
   s.a_stride = layout.k_padded + kCacheLine / elem;
   s.row_bytes = s.a_stride * elem;
+  // A chunk whose rows outgrow kRowsInL2Bytes keeps the sums of all its pairs (k_panel).
+  if (s.row_capacity * s.row_bytes > kRowsInL2Bytes) s.acc_pairs = layout.num_pairs;
   const int64_t row_floats = round_up(s.row_capacity * s.row_bytes / 4, kFloatsPerCacheLine);
-  s.floats = row_floats + s.row_capacity * kPairWidth + round_up(layout.k, kFloatsPerCacheLine);
+  s.floats = row_floats + s.acc_pairs * s.row_capacity * kPairWidth +
+             round_up(layout.k, kFloatsPerCacheLine);
   return s;
 }
 
@@ -52,18 +65,22 @@ ThreadBuffers carve(float* base, const BufferShape& s) {
   ThreadBuffers b;
   b.rows = reinterpret_cast<char*>(base);
   b.acc = base + round_up(s.row_capacity * s.row_bytes / 4, kFloatsPerCacheLine);
-  b.convert = b.acc + s.row_capacity * kPairWidth;
+  b.convert = b.acc + s.acc_pairs * s.row_capacity * kPairWidth;
   return b;
 }
 
 // The k block of a chunk of `row_blocks` row blocks: kPairBlockBytes of a pair, a multiple of
 // bf16's k multiple (AMX tile depth); the whole of k for a chunk short enough for the kernel's
 // whole_k_row_blocks (TileKernel says when that pays); or MOE_CPU_KBLOCK (cpu_tuning.h).
+int64_t default_k_block(const PackedLayout& layout) {
+  const int64_t bytes_per_k = kPairWidth * static_cast<int64_t>(dtype_size(layout.dtype));
+  return std::max<int64_t>(kPairBlockBytes / bytes_per_k / kBf16KMultiple, 1) * kBf16KMultiple;
+}
+
 int64_t k_block(const PackedLayout& layout, const TileKernel& kernel, int64_t row_blocks) {
   if (cpu_tuning().k_block > 0) return cpu_tuning().k_block;
   if (row_blocks <= kernel.whole_k_row_blocks) return layout.k_padded;
-  const int64_t bytes_per_k = kPairWidth * static_cast<int64_t>(dtype_size(layout.dtype));
-  return std::max<int64_t>(kPairBlockBytes / bytes_per_k / kBf16KMultiple, 1) * kBf16KMultiple;
+  return default_k_block(layout);
 }
 
 const char* input_row(const PackedGemmArgs& args, int32_t id) {
@@ -233,21 +250,42 @@ void prefetch_to_l2(const BlockSpan& span) {
   }
 }
 
-// The weights of the k block `ahead` blocks after block `block` of pair `pair`, counting on
-// through the item's later pairs; empty past the item's end or when `ahead` is 0.
+// A k range [begin, end) of every pair of an item, walked pair by pair (k_panel).
+struct KRange {
+  int64_t begin = 0, end = 0;
+};
+
+// The weights of the k block `ahead` blocks after block `block` (of the range's blocks) of pair
+// `pair`, counting on through the item's later pairs in the same k range; empty past the item's
+// end or when `ahead` is 0.
 BlockSpan block_ahead(const PackedLayout& layout, const uint8_t* expert, const WorkItem& item,
-                      int64_t pair, int64_t block, int64_t k_step, int64_t ahead) {
+                      const KRange& range, int64_t pair, int64_t block, int64_t k_step,
+                      int64_t ahead) {
   BlockSpan span;
-  const int64_t blocks_per_pair = (layout.k_padded + k_step - 1) / k_step;
+  const int64_t blocks_per_pair = (range.end - range.begin + k_step - 1) / k_step;
   const int64_t target = (pair - item.pair_begin) * blocks_per_pair + block + ahead;
   const int64_t target_pair = item.pair_begin + target / blocks_per_pair;
   if (ahead == 0 || target_pair >= item.pair_end) return span;
-  const int64_t k0 = target % blocks_per_pair * k_step;
+  const int64_t k0 = range.begin + target % blocks_per_pair * k_step;
   const int64_t bytes_per_k = kPanelWidth * static_cast<int64_t>(dtype_size(layout.dtype));
   span.panel0 = expert + target_pair * layout.pair_bytes() + k0 * bytes_per_k;
   span.panel1 = span.panel0 + layout.panel_bytes();
-  span.bytes = (std::min(k0 + k_step, layout.k_padded) - k0) * bytes_per_k;
+  span.bytes = (std::min(k0 + k_step, range.end) - k0) * bytes_per_k;
   return span;
+}
+
+// The k values of a panel: as many whole k blocks as keep the chunk's rows of that range within
+// kRowsInL2Bytes, or the whole of k. Past it, the rows a chunk meets each pair with would leave L2
+// before the next pair reads them (Mixtral-8x7B's gemm2 reads 28 KiB of k per row: 256 rows of it
+// are 7 MiB), so each panel instead meets every pair of the item while its rows stay, and the
+// pairs' sums wait in acc between panels. The k blocks and their order are the same either way,
+// and so are the sums' bits.
+int64_t k_panel(const PackedLayout& layout, const BufferShape& s, int64_t rows, int64_t k_step) {
+  const int64_t row_bytes_per_k = s.row_bytes / s.a_stride;
+  const int64_t padded_rows = round_up(rows, kRowPadding);
+  if (padded_rows * layout.k_padded * row_bytes_per_k <= kRowsInL2Bytes) return layout.k_padded;
+  const int64_t blocks = kRowsInL2Bytes / (padded_rows * row_bytes_per_k * k_step);
+  return std::min(layout.k_padded, std::max<int64_t>(blocks, 1) * k_step);
 }
 
 // Sums of one pair for a whole chunk beyond which each row block's epilogue follows its last call
@@ -263,7 +301,8 @@ constexpr int64_t kChunkSumsInL1 = 24 * 1024;
 // or, when the chunk's sums outgrow kChunkSumsInL1, over each row block right after its last
 // call, while the sums that call stored are still in L1. Meanwhile a later k block (block_ahead;
 // the next pair, when blocks are the whole of k) is prefetched to L2: the chunk's row blocks give
-// memory the time to deliver it.
+// memory the time to deliver it. A chunk whose rows outgrow L2 goes through k in panels
+// (k_panel), each over every pair of the item, with a pair's sums in its own slice of acc.
 void run_item(const PackedGemmArgs& args, const ExpertKernels& kernels, const ExpertRows& chunk,
               const WorkItem& item, const BufferShape& s, const ThreadBuffers& b,
               const GatedOut* gated_out = nullptr) {
@@ -271,7 +310,13 @@ void run_item(const PackedGemmArgs& args, const ExpertKernels& kernels, const Ex
   const TileKernel& kernel = kernels.tile;
   const uint8_t* expert = args.experts[chunk.expert];
   const int64_t row_blocks = (chunk.num_rows + kernel.max_rows - 1) / kernel.max_rows;
-  const int64_t k_step = k_block(layout, kernel, row_blocks);
+  const int64_t chunk_k_block = k_block(layout, kernel, row_blocks);
+  // Panels are whole blocks; a chunk that takes the whole of k in one block is cut in default ones.
+  const int64_t panel =
+      k_panel(layout, s, chunk.num_rows,
+              chunk_k_block < layout.k_padded ? chunk_k_block : default_k_block(layout));
+  const int64_t k_step = std::min(chunk_k_block, panel);
+  const bool panels = panel < layout.k_padded;
   // The first row block over a k block reads the weights from memory or L2 and prefetches ahead
   // of its steps. A k block larger than the default (MOE_CPU_KBLOCK) leaves L1 between row blocks,
   // so every row block prefetches; the whole of k (TileKernel::whole_k_row_blocks) is in L2 for
@@ -285,39 +330,44 @@ void run_item(const PackedGemmArgs& args, const ExpertKernels& kernels, const Ex
   const bool epilogue_per_row_block =
       row_blocks * kernel.max_rows * kPairWidth * static_cast<int64_t>(sizeof(float)) >
       kChunkSumsInL1;
-  for (int64_t pair = item.pair_begin; pair < item.pair_end; ++pair) {
-    TileArgs t;
-    t.a_stride = s.a_stride;
-    t.pair = expert + pair * layout.pair_bytes();
-    t.panel_bytes = layout.panel_bytes();
-    for (int64_t k0 = 0; k0 < layout.k_padded; k0 += k_step) {
-      t.k_begin = k0;
-      t.k_end = std::min(k0 + k_step, layout.k_padded);
-      t.accumulate = k0 > 0;
-      const BlockSpan next =
-          block_ahead(layout, expert, item, pair, k0 / k_step, k_step, ahead_blocks);
-      for (int64_t block = 0; block < row_blocks; ++block) {
-        const int64_t r0 = block * kernel.max_rows;
-        const BlockSpan ahead = span_part(next, block, row_blocks);
-        if (kernel.spreads_prefetch) {
-          t.ahead0 = ahead.panel0;
-          t.ahead1 = ahead.panel1;
-          t.ahead_bytes = ahead.bytes;
-        } else {
-          prefetch_to_l2(ahead);
-        }
-        t.rows = std::min(kernel.max_rows, chunk.num_rows - r0);
-        t.a = b.rows + r0 * s.row_bytes;
-        t.acc = b.acc + r0 * kPairWidth;
-        t.prefetch = block == 0 || (!block_fits_l1 && !whole_k);
-        kernel.run(t);
-        if (epilogue_per_row_block && t.k_end == layout.k_padded) {
-          row_block_epilogue(args, kernels, chunk, r0, t.rows, pair, t.acc, gated_out);
+  for (KRange range{0, panel}; range.begin < layout.k_padded;
+       range = {range.end, std::min(range.end + panel, layout.k_padded)}) {
+    for (int64_t pair = item.pair_begin; pair < item.pair_end; ++pair) {
+      float* const acc =
+          b.acc + (panels ? (pair - item.pair_begin) * s.row_capacity * kPairWidth : 0);
+      TileArgs t;
+      t.a_stride = s.a_stride;
+      t.pair = expert + pair * layout.pair_bytes();
+      t.panel_bytes = layout.panel_bytes();
+      for (int64_t k0 = range.begin; k0 < range.end; k0 += k_step) {
+        t.k_begin = k0;
+        t.k_end = std::min(k0 + k_step, range.end);
+        t.accumulate = k0 > 0;
+        const BlockSpan next = block_ahead(layout, expert, item, range, pair,
+                                           (k0 - range.begin) / k_step, k_step, ahead_blocks);
+        for (int64_t block = 0; block < row_blocks; ++block) {
+          const int64_t r0 = block * kernel.max_rows;
+          const BlockSpan ahead = span_part(next, block, row_blocks);
+          if (kernel.spreads_prefetch) {
+            t.ahead0 = ahead.panel0;
+            t.ahead1 = ahead.panel1;
+            t.ahead_bytes = ahead.bytes;
+          } else {
+            prefetch_to_l2(ahead);
+          }
+          t.rows = std::min(kernel.max_rows, chunk.num_rows - r0);
+          t.a = b.rows + r0 * s.row_bytes;
+          t.acc = acc + r0 * kPairWidth;
+          t.prefetch = block == 0 || (!block_fits_l1 && !whole_k);
+          kernel.run(t);
+          if (epilogue_per_row_block && t.k_end == layout.k_padded) {
+            row_block_epilogue(args, kernels, chunk, r0, t.rows, pair, t.acc, gated_out);
+          }
         }
       }
-    }
-    if (!epilogue_per_row_block) {
-      row_block_epilogue(args, kernels, chunk, 0, chunk.num_rows, pair, b.acc, gated_out);
+      if (!epilogue_per_row_block && range.end == layout.k_padded) {
+        row_block_epilogue(args, kernels, chunk, 0, chunk.num_rows, pair, acc, gated_out);
+      }
     }
   }
 }
