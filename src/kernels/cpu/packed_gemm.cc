@@ -39,8 +39,8 @@ struct BufferShape {
 // The most bytes of a chunk's input rows the driver counts on L2 to keep while they meet every
 // pair of an item: three quarters of a 2 MiB L2 (Sapphire Rapids' per core), the rest left to the
 // weights. On the 2-core AMX VM (docs/perf.md, forty-second session) 1 MiB cost Qwen3-30B-A3B's
-// 4096 tokens 5-9% (chunks of 257-320 rows of 4 KiB went through k in two panels), 2 MiB left
-// Mixtral-8x7B's gemm1 rows (256 of 8 KiB) unpanelled and its 1024 tokens 30% slower.
+// 4096 tokens 2-9% (chunks of 257-320 rows of 4 KiB went through k in two panels), 2 MiB left
+// Mixtral-8x7B's gemm1 rows (256 of 8 KiB) in one panel and its 1024 tokens about a third slower.
 constexpr int64_t kRowsInL2Bytes = 3 << 19;
 
 // Rows are padded to this: the largest row multiple of any kernel (two AMX tiles).
