@@ -69,14 +69,15 @@ ThreadBuffers carve(float* base, const BufferShape& s) {
   return b;
 }
 
-// The k block of a chunk of `row_blocks` row blocks: kPairBlockBytes of a pair, a multiple of
-// bf16's k multiple (AMX tile depth); the whole of k for a chunk short enough for the kernel's
-// whole_k_row_blocks (TileKernel says when that pays); or MOE_CPU_KBLOCK (cpu_tuning.h).
+// kPairBlockBytes of a pair, a multiple of bf16's k multiple (AMX tile depth).
 int64_t default_k_block(const PackedLayout& layout) {
   const int64_t bytes_per_k = kPairWidth * static_cast<int64_t>(dtype_size(layout.dtype));
   return std::max<int64_t>(kPairBlockBytes / bytes_per_k / kBf16KMultiple, 1) * kBf16KMultiple;
 }
 
+// The k block of a chunk of `row_blocks` row blocks: default_k_block; the whole of k for a chunk
+// short enough for the kernel's whole_k_row_blocks (TileKernel says when that pays); or
+// MOE_CPU_KBLOCK (cpu_tuning.h).
 int64_t k_block(const PackedLayout& layout, const TileKernel& kernel, int64_t row_blocks) {
   if (cpu_tuning().k_block > 0) return cpu_tuning().k_block;
   if (row_blocks <= kernel.whole_k_row_blocks) return layout.k_padded;
