@@ -187,26 +187,21 @@ void scale_each_row(const EpilogueArgs& e, bool stream, Store store) {
 
 // bf16 out (cache3 of a bf16 layer, fused_experts.h) rounds each f32 value once, as moe::to_bf16.
 // With EpilogueArgs::stream, whole rows go past the caches where they are 16-byte aligned (the
-// vectors of a row one after another, so the write-combining buffers send whole lines). Whole rows
-// and a ragged last pair's run apart: the ragged store's copy of a variable size takes its
-// vector's address, and in the same loop GCC 12 then kept every row's results on the stack.
+// vectors of a row one after another, so the write-combining buffers send whole lines); a ragged
+// last pair's rows take ordinary stores up to the width.
 template <int kLanes>
 void scale_rows(const EpilogueArgs& e) {
-  const bool bf16_out = e.out_dtype == DType::kBF16;
-  if (e.width == kPairWidth) {
-    const auto whole = [](auto* row, int v, const auto& values, bool streamed) {
-      auto* to = row + v * (sizeof values / sizeof *row);
-      streamed ? stream_bytes(to, values) : void(std::memcpy(to, &values, sizeof values));
-    };
-    bf16_out ? scale_each_row<kLanes, uint16_t>(e, e.stream, whole)
-             : scale_each_row<kLanes, float>(e, e.stream, whole);
-  } else {
-    const auto ragged = [&e](auto* row, int v, const auto& values, bool) {
-      store_vector(row, v, values, e.width);
-    };
-    bf16_out ? scale_each_row<kLanes, uint16_t>(e, false, ragged)
-             : scale_each_row<kLanes, float>(e, false, ragged);
-  }
+  const int64_t width = e.width;
+  const auto store = [width](auto* row, int v, const auto& values, bool streamed) {
+    if (streamed) {
+      stream_bytes(row + v * (sizeof values / sizeof *row), values);
+    } else {
+      store_vector(row, v, values, width);
+    }
+  };
+  const bool stream = e.stream && width == kPairWidth;
+  e.out_dtype == DType::kBF16 ? scale_each_row<kLanes, uint16_t>(e, stream, store)
+                              : scale_each_row<kLanes, float>(e, stream, store);
   // Non-temporal stores are weakly ordered: fence them before another thread (the sum) reads.
   if (e.stream) _mm_sfence();
 }
