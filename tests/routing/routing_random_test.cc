@@ -270,7 +270,8 @@ TEST_P(RoutingRandom, CpuMatchesReference) {
   const int64_t hidden_sizes[] = {1, 8, 63, 200, 520};
   int index = static_cast<int>(num_experts);  // varies the variant sequence between E values
   for (int64_t num_tokens : {0, 1, 2, 3, 7, 33, 257}) {
-    for (int64_t top_k : {1, 2, 4, 8}) {
+    // 32 and 33: either side of select_experts' switch from insertion to partial_sort.
+    for (int64_t top_k : {1, 2, 4, 8, 32, 33}) {
       if (top_k > num_experts) continue;
       for (int repeat = 0; repeat < 2; ++repeat, ++index) {
         const uint64_t seed =
