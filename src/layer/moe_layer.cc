@@ -6,6 +6,7 @@
 
 #include "kernels/cpu/assign_replicas.h"
 #include "kernels/cpu/fused_experts.h"
+#include "kernels/cpu/layer_router.h"
 #include "kernels/cpu/routing.h"
 #include "kernels/cpu/threads.h"
 #include "kernels/reference/experts.h"
@@ -27,9 +28,8 @@ struct MoeLayer::State {
   cpu::PackedExperts packed;
   cpu::ExpertKernels kernels;
   cpu::ExpertsWorkspace workspace;
-  // cpu backend: the router weight packed once (kernels/cpu/routing.h), and its kernel.
-  Tensor router_panels;  // f32 [num_panels, H, panel width]
-  cpu::RouterKernel router_kernel;
+  // cpu backend: the router weight packed once, with its kernels.
+  cpu::LayerRouter router;
   std::vector<int32_t> topk_ids;       // [M, k]
   std::vector<float> topk_weights;     // [M, k]
   std::vector<int32_t> expert_counts;  // [E]
@@ -129,10 +129,9 @@ MoeLayer::MoeLayer(MoeConfig config, LayerWeights weights, LayerOptions options)
       TensorView(nullptr, weights_.router.dtype(), {0, config_.experts.hidden_size}));
   if (options_.backend != Backend::kCuda && options_.backend != Backend::kReference) {
     State& s = *state_;
-    s.router_kernel = cpu::router_kernel(s.isa);
-    s.router_panels = cpu::pack_router_weight(
-        weights_.router.data<void>(), weights_.router.dtype(), config_.routing.num_experts,
-        config_.experts.hidden_size, cpu::resolve_num_threads(options_.num_threads));
+    s.router = cpu::LayerRouter(s.isa, weights_.router.data<void>(), weights_.router.dtype(),
+                                config_.routing.num_experts, config_.experts.hidden_size,
+                                cpu::resolve_num_threads(options_.num_threads));
   }
 }
 
@@ -166,9 +165,7 @@ void MoeLayer::route_batch(const TensorView& hidden) {
       weights_.router_bias.defined() ? weights_.router_bias.data<float>() : nullptr;
   const float* correction_bias =
       weights_.correction_bias.defined() ? weights_.correction_bias.data<float>() : nullptr;
-  cpu::router_logits(s.router_kernel, hidden.data, hidden.dtype, s.router_panels.data<float>(),
-                     router_bias, M, config_.experts.hidden_size, r.num_experts, s.logits.data(),
-                     options_.num_threads);
+  s.router.logits(hidden.data, hidden.dtype, router_bias, M, s.logits.data(), options_.num_threads);
   cpu::select_experts(r, s.logits.data(), M, correction_bias, s.topk_ids.data(),
                       s.topk_weights.data(), options_.num_threads);
   cpu::count_experts(s.topk_ids.data(), M * r.top_k, r.num_experts, s.expert_counts.data());

@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "kernels/cpu/fused_experts.h"
+#include "kernels/cpu/layer_router.h"
 #include "kernels/cpu/moe_sum.h"
 #include "kernels/cpu/routing.h"
 #include "kernels/cpu/threads.h"
@@ -70,8 +71,7 @@ struct EpMoeLayer::State {
   ValidatedExperts experts;         // the problem template, weights checked once
   cpu::PackedExperts packed;        // the local and shared experts, as MoeLayer packs them
   cpu::ExpertKernels kernels;       // of the chosen instruction set
-  cpu::RouterKernel router_kernel;  // of the same instruction set
-  Tensor router_panels;             // the router packed once, f32 panels (kernels/cpu/routing.h)
+  cpu::LayerRouter router;          // the router packed once, as MoeLayer packs it
   int num_threads = 1;
   int64_t block_m = cpu::kDefaultBlockM;
 
@@ -122,7 +122,6 @@ EpMoeLayer::EpMoeLayer(MoeConfig config, LayerWeights local_weights, ExpertMap m
   if (options_.block_m > 0) s.block_m = options_.block_m;
   const CpuIsa isa = resolve_cpu_isa(options_.cpu_isa);
   s.kernels = cpu::expert_kernels(isa, s.weights.w13.dtype());
-  s.router_kernel = cpu::router_kernel(isa);
   s.packed = cpu::PackedExperts::pack(s.experts.problem, s.num_threads);
   // Only the packed copy stays with the layer.
   for (Tensor* plain :
@@ -138,8 +137,7 @@ EpMoeLayer::EpMoeLayer(MoeConfig config, LayerWeights local_weights, ExpertMap m
   const TensorView no_hidden(nullptr, s.weights.router.dtype(), {0, config_.experts.hidden_size});
   route(r, no_hidden, s.weights.router, inputs, TensorView(nullptr, DType::kI32, {0, r.top_k}),
         TensorView(nullptr, DType::kF32, {0, r.top_k}), {}, Backend::kCpu, s.num_threads);
-  s.router_panels =
-      cpu::pack_router_weight(s.weights.router.data<void>(), s.weights.router.dtype(),
+  s.router = cpu::LayerRouter(isa, s.weights.router.data<void>(), s.weights.router.dtype(),
                               r.num_experts, config_.experts.hidden_size, s.num_threads);
 
   const int num_dispatchers = options_.two_batch_overlap ? 2 : 1;
@@ -208,7 +206,7 @@ void EpMoeLayer::reset_stats(int64_t num_tokens, DType dtype) {
 void EpMoeLayer::forward(const TensorView& hidden, const TensorView& out) {
   check_tokens(hidden, out);
   State& s = *state_;
-  const int64_t H = config_.experts.hidden_size, M = hidden.size(0);
+  const int64_t M = hidden.size(0);
   reset_stats(M, hidden.dtype);
   // Route this rank's tokens, as MoeLayer does, on the cpu kernels directly.
   {
@@ -218,9 +216,9 @@ void EpMoeLayer::forward(const TensorView& hidden, const TensorView& out) {
       s.logits.resize(static_cast<size_t>(M * r.num_experts));
     }
     const LayerWeights& w = s.weights;
-    cpu::router_logits(s.router_kernel, hidden.data, hidden.dtype, s.router_panels.data<float>(),
-                       w.router_bias.defined() ? w.router_bias.data<float>() : nullptr, M, H,
-                       r.num_experts, s.logits.data(), s.num_threads);
+    s.router.logits(hidden.data, hidden.dtype,
+                    w.router_bias.defined() ? w.router_bias.data<float>() : nullptr, M,
+                    s.logits.data(), s.num_threads);
     cpu::select_experts(r, s.logits.data(), M,
                         w.correction_bias.defined() ? w.correction_bias.data<float>() : nullptr,
                         s.topk_ids.data(), s.topk_weights.data(), s.num_threads);

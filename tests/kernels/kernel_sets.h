@@ -5,7 +5,9 @@
 //   avx512-logic-on-avx2  fma_tile.h with the avx512 path's shape (16 lanes, 12 rows, 2 panels),
 //                         compiled for AVX2
 // The emulations follow the instructions' documented arithmetic (bf16 products are exact in f32,
-// accumulated pair by pair); only the rounding of denormals (flushed by the hardware) differs.
+// accumulated pair by pair); the hardware flushes denormals, and tdpbf16ps on the 2-core AMX VM
+// rounds its sums in an order of its own (docs/cpu-kernels.md, "The router on the tiles"), so
+// the two agree bit for bit only where every sum is exact, as on small integers.
 #pragma once
 
 #include <string>

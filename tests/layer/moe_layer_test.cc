@@ -62,10 +62,11 @@ double layer_tolerance(DType dtype, CpuIsa isa) {
 }
 
 void expect_layer_matches_reference(const std::string& family, DType dtype, int64_t tokens,
-                                    CpuIsa isa = CpuIsa::kAuto) {
+                                    CpuIsa isa = CpuIsa::kAuto, int64_t hidden_size = 40) {
   SCOPED_TRACE(family + " " + std::string(dtype_name(dtype)) + " M=" + std::to_string(tokens) +
-               " isa=" + std::string(cpu_isa_name(isa)));
-  const MoeConfig config = small_config(family);
+               " H=" + std::to_string(hidden_size) + " isa=" + std::string(cpu_isa_name(isa)));
+  MoeConfig config = small_config(family);
+  config.experts.hidden_size = hidden_size;
   const LayerWeights weights = synthetic_layer_weights(config, dtype, 42);
   MoeLayer layer(config, weights, LayerOptions{Backend::kCpu, 2, 0, isa});
   MoeLayer reference(config, weights, LayerOptions{Backend::kReference, 1, 0});
@@ -98,6 +99,18 @@ TEST(MoeLayer, EverySupportedPathMatchesReference) {
   for (CpuIsa isa : supported_cpu_isas()) {
     for (DType dtype : {DType::kF32, DType::kBF16}) {
       for (int64_t tokens : {1, 40}) expect_layer_matches_reference("qwen2", dtype, tokens, isa);
+    }
+  }
+}
+
+// bf16 layers whose hidden size the router's tile kernel takes (a multiple of 32): the amx path
+// routes them through it (kernels/cpu/layer_router.h), the others through the f32 panels.
+TEST(MoeLayer, Bf16LayersOfATileSizeMatchReferenceOnEveryPath) {
+  for (CpuIsa isa : supported_cpu_isas()) {
+    for (const char* family : {"qwen3", "deepseek", "gpt-oss"}) {
+      for (int64_t tokens : {1, 17, 40}) {
+        expect_layer_matches_reference(family, DType::kBF16, tokens, isa, 64);
+      }
     }
   }
 }
@@ -160,23 +173,29 @@ TEST(MoeLayer, ReusesItsWorkspaceAcrossBatchSizes) {
   }
 }
 
+// Hidden size 64 also routes through the router's tiles on the amx path.
 TEST(MoeLayer, NanTokenChangesNoOtherToken) {
-  const MoeConfig config = small_config("deepseek");
-  const LayerWeights weights = synthetic_layer_weights(config, DType::kBF16, 3);
-  MoeLayer layer(config, weights);
-  Tensor hidden = random_normal(DType::kBF16, {9, 40}, 5);
-  const Tensor clean = layer.forward(hidden);
-  hidden.data<bf16>()[4 * 40 + 1] = to_bf16(std::numeric_limits<float>::quiet_NaN());
-  const Tensor dirty = layer.forward(hidden);
-  for (int64_t t = 0; t < 9; ++t) {
-    if (t == 4) continue;
-    EXPECT_EQ(std::memcmp(clean.data<bf16>() + t * 40, dirty.data<bf16>() + t * 40, 80), 0)
-        << "token " << t;
-  }
-  const TensorView ids = layer.last_topk_ids();
-  for (int64_t j = 0; j < config.routing.top_k; ++j) {
-    const int32_t id = ids.as<int32_t>()[4 * config.routing.top_k + j];
-    EXPECT_TRUE(id >= 0 && id < config.routing.num_experts) << id;
+  for (const int64_t H : {40, 64}) {
+    SCOPED_TRACE("H=" + std::to_string(H));
+    MoeConfig config = small_config("deepseek");
+    config.experts.hidden_size = H;
+    const LayerWeights weights = synthetic_layer_weights(config, DType::kBF16, 3);
+    MoeLayer layer(config, weights);
+    Tensor hidden = random_normal(DType::kBF16, {9, H}, 5);
+    const Tensor clean = layer.forward(hidden);
+    hidden.data<bf16>()[4 * H + 1] = to_bf16(std::numeric_limits<float>::quiet_NaN());
+    const Tensor dirty = layer.forward(hidden);
+    const size_t row_bytes = static_cast<size_t>(H) * sizeof(bf16);
+    for (int64_t t = 0; t < 9; ++t) {
+      if (t == 4) continue;
+      EXPECT_EQ(std::memcmp(clean.data<bf16>() + t * H, dirty.data<bf16>() + t * H, row_bytes), 0)
+          << "token " << t;
+    }
+    const TensorView ids = layer.last_topk_ids();
+    for (int64_t j = 0; j < config.routing.top_k; ++j) {
+      const int32_t id = ids.as<int32_t>()[4 * config.routing.top_k + j];
+      EXPECT_TRUE(id >= 0 && id < config.routing.num_experts) << id;
+    }
   }
 }
 

@@ -42,10 +42,10 @@ MoeConfig small_ep_config(const std::string& family, int64_t num_experts) {
 }
 
 std::string EpCase::describe() const {
-  std::string text = fmt::format("{} E={} {} N={} {}{}{} seed={} steps", family, num_experts,
-                                 dtype_name(dtype), num_ranks, dispatcher_name(options.dispatcher),
-                                 options.two_batch_overlap ? "+tbo" : "",
-                                 map && map->has_replicas() ? " replicas" : "", seed);
+  std::string text = fmt::format(
+      "{} E={} H={} {} N={} {}{}{} seed={} steps", family, num_experts, hidden_size,
+      dtype_name(dtype), num_ranks, dispatcher_name(options.dispatcher),
+      options.two_batch_overlap ? "+tbo" : "", map && map->has_replicas() ? " replicas" : "", seed);
   for (const auto& step : steps) text += fmt::format(" [{}]", fmt::join(step, ","));
   return text;
 }
@@ -53,6 +53,7 @@ std::string EpCase::describe() const {
 EpCaseData prepare_ep_case(const EpCase& c) {
   EpCaseData data;
   data.config = small_ep_config(c.family, c.num_experts);
+  data.config.experts.hidden_size = c.hidden_size;
   data.full = synthetic_layer_weights(data.config, c.dtype, c.seed);
   if (c.edit_weights) c.edit_weights(data.full);
   data.map = c.map ? *c.map : ExpertMap::contiguous(c.num_experts, c.num_ranks);

@@ -25,6 +25,7 @@ MoeConfig small_ep_config(const std::string& family, int64_t num_experts = 12);
 struct EpCase {
   std::string family = "qwen3";
   int64_t num_experts = 12;
+  int64_t hidden_size = 40;  // small_ep_config's
   DType dtype = DType::kF32;
   int num_ranks = 2;
   std::vector<std::vector<int64_t>> steps = {{5, 3}};  // [step][rank]: tokens

@@ -67,6 +67,20 @@ TEST(EpLayer, LowPrecisionIsBitwiseToo) {
   }
 }
 
+// A bf16 layer whose hidden size the tile kernel takes: on the amx path both layers route through
+// the router's bf16 tiles (kernels/cpu/layer_router.h), elsewhere through its f32 panels.
+TEST(EpLayer, Bf16RouterOfATileSizeIsBitwiseToo) {
+  for (const char* family : {"qwen3", "deepseek", "gpt-oss"}) {
+    EpCase c;
+    c.family = family;
+    c.hidden_size = 64;
+    c.dtype = DType::kBF16;
+    c.num_ranks = 3;
+    c.steps = {{19, 4, 0}, {1, 33, 2}};
+    run_ep_case(c);
+  }
+}
+
 TEST(EpLayer, ExpertsNotDivisibleByRanks) {
   for (int N : {2, 3, 4}) {
     for (int64_t E : {int64_t{9}, int64_t{13}}) {

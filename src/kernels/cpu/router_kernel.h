@@ -63,7 +63,8 @@ struct RouterKernel {
 };
 
 // The kernel of a supported, resolved path (never kAuto). The router is f32 math on every path:
-// avx512bf16 and amx, whose bf16 instructions would round the inputs, run the avx512 kernel.
+// avx512bf16 and amx, whose bf16 instructions would round the inputs, run the avx512 kernel. (A
+// layer whose router weight and hidden are already bf16 takes the amx tiles: layer_router.h.)
 RouterKernel router_kernel(CpuIsa isa);
 
 // Per-path kernels, for router_kernel and the tests of each variant.

@@ -50,7 +50,8 @@ struct TileArgs {
 struct TileKernel {
   DType a_dtype = DType::kF32;  // f32 rows, or bf16 rows for the bf16 kernels
   int64_t max_rows = 1;
-  // The kernel reads rows up to the next multiple of this; the driver zero-fills them.
+  // The kernel reads rows up to the next multiple of this. A row's sums depend on that row alone;
+  // the experts' driver zero-fills the extra rows, the router's (router_tiles.cc) leaves them.
   int64_t row_multiple = 1;
   // Chunks of at most this many row blocks take the whole of k in one call per row block. A kernel
   // whose sums stay in registers over any range of k (AMX: four accumulator tiles) then saves
