@@ -46,13 +46,21 @@ void router_logits_tiles(const TileKernel& kernel, const void* hidden, const voi
                          int64_t num_experts, std::vector<uint16_t>& tail, float* logits,
                          int num_threads) {
   if (num_tokens == 0) return;
-  if (kernel.a_dtype != DType::kBF16 || kernel.max_rows > kPairWidth ||
-      !router_tiles_fit(hidden_size) ||
-      static_cast<int64_t>(tail.size()) < kernel.row_multiple * hidden_size) {
+  if (kernel.a_dtype != DType::kBF16 || kernel.max_rows > kPairWidth) {
     fail(
-        "router_logits_tiles: needs a bf16 tile kernel of at most {} rows, hidden_size a multiple "
-        "of {} and a tail buffer of {} rows; got hidden_size {}",
-        kPairWidth, kBf16KMultiple, kernel.row_multiple, hidden_size);
+        "router_logits_tiles: kernel: expected a bf16 tile kernel of at most {} rows; got {} rows "
+        "of {}",
+        kPairWidth, kernel.max_rows, dtype_name(kernel.a_dtype));
+  }
+  if (!router_tiles_fit(hidden_size)) {
+    fail("router_logits_tiles: hidden_size: expected a positive multiple of {}; got {}",
+         kBf16KMultiple, hidden_size);
+  }
+  if (static_cast<int64_t>(tail.size()) < kernel.row_multiple * hidden_size) {
+    fail(
+        "router_logits_tiles: tail: expected at least {} elements ({} rows of hidden_size); got "
+        "{}",
+        kernel.row_multiple * hidden_size, kernel.row_multiple, tail.size());
   }
   const PackedLayout layout = router_layout(num_experts, hidden_size);
   const auto* rows = static_cast<const uint16_t*>(hidden);
