@@ -2,7 +2,7 @@
 // tokens take every pair in one item (the router weight, 512 KiB for Qwen3-30B-A3B, stays in L2
 // from one block to the next); few tokens split the pairs until every thread has items, so that
 // in decode all threads stream the weight side by side. The kernel reads whole blocks of
-// row_multiple rows, so the tokens past the last whole block come from a zero-padded copy.
+// row_multiple rows, so the tokens past the last whole block come from a copy of that many rows.
 #include "kernels/cpu/router_tiles.h"
 
 #include <algorithm>
