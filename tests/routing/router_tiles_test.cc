@@ -103,28 +103,26 @@ TEST(RouterTiles, WithinTheF32SummationBoundOnNormalInputs) {
   const int64_t shapes[][3] = {{37, 128, 2048}, {3, 256, 7168}, {17, 60, 2880}};
   uint64_t seed = 91;
   for (const auto& [M, E, H] : shapes) {
-    {
-      ++seed;
-      SCOPED_TRACE(fmt::format("M={} E={} H={} seed {}", M, E, H, seed));
-      const Tensor hidden = testing::random_normal(DType::kBF16, {M, H}, seed, 1.0f);
-      const Tensor weight = testing::random_normal(DType::kBF16, {E, H}, seed + 1, 0.05f);
-      const Tensor bias = testing::random_normal(DType::kF32, {E}, seed + 2);
-      const std::vector<double> expected = run_reference(hidden, weight, bias.data<float>());
-      for (const NamedTileKernel& k : tile_kernels()) {
-        const std::vector<float> got =
-            run_tiles(k.kernel, hidden, 0, M, weight, bias.data<float>(), 0);
-        for (int64_t t = 0; t < M; ++t) {
-          for (int64_t e = 0; e < E; ++e) {
-            double magnitude = std::abs(bias.data<float>()[e]);
-            for (int64_t h = 0; h < H; ++h) {
-              magnitude += std::abs(testing::element(hidden, t * H + h) *
-                                    testing::element(weight, e * H + h));
-            }
-            const double bound = 1.01 * static_cast<double>(H + 2) * kUnitRoundoff * magnitude;
-            const size_t i = static_cast<size_t>(t * E + e);
-            ASSERT_LE(std::abs(got[i] - expected[i]), bound)
-                << k.name << ": token " << t << " expert " << e;
+    ++seed;
+    SCOPED_TRACE(fmt::format("M={} E={} H={} seed {}", M, E, H, seed));
+    const Tensor hidden = testing::random_normal(DType::kBF16, {M, H}, seed, 1.0f);
+    const Tensor weight = testing::random_normal(DType::kBF16, {E, H}, seed + 1, 0.05f);
+    const Tensor bias = testing::random_normal(DType::kF32, {E}, seed + 2);
+    const std::vector<double> expected = run_reference(hidden, weight, bias.data<float>());
+    for (const NamedTileKernel& k : tile_kernels()) {
+      const std::vector<float> got =
+          run_tiles(k.kernel, hidden, 0, M, weight, bias.data<float>(), 0);
+      for (int64_t t = 0; t < M; ++t) {
+        for (int64_t e = 0; e < E; ++e) {
+          double magnitude = std::abs(bias.data<float>()[e]);
+          for (int64_t h = 0; h < H; ++h) {
+            magnitude +=
+                std::abs(testing::element(hidden, t * H + h) * testing::element(weight, e * H + h));
           }
+          const double bound = 1.01 * static_cast<double>(H + 2) * kUnitRoundoff * magnitude;
+          const size_t i = static_cast<size_t>(t * E + e);
+          ASSERT_LE(std::abs(got[i] - expected[i]), bound)
+              << k.name << ": token " << t << " expert " << e;
         }
       }
     }
