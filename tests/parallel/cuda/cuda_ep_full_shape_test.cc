@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <numeric>
+#include <random>
 #include <set>
 #include <string>
 #include <utility>
@@ -40,28 +41,20 @@ using testing::DeviceTensor;
 
 constexpr int32_t kHotExperts = 8;
 
-uint64_t mix(uint64_t x) {  // splitmix64's finalizer
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
 // [M, k] distinct experts per token: the first k/2 from experts [0, kHotExperts) in turn, the
 // rest drawn from the others. A pure function of (M, k, E, seed), so every rank can rebuild any
 // rank's routing.
 Tensor skewed_ids(int64_t M, int64_t k, int64_t E, uint64_t seed) {
   Tensor ids(DType::kI32, {M, k});
   int32_t* out = ids.data<int32_t>();
-  uint64_t state = mix(seed);
+  std::mt19937_64 draw(seed);  // its output (not a distribution's) is the same everywhere
   for (int64_t t = 0; t < M; ++t) {
     std::set<int32_t> taken;
     for (int64_t j = 0; j < k; ++j) {
       int32_t e = static_cast<int32_t>((t + j) % kHotExperts);
       if (j >= k / 2) {
         do {
-          state = mix(state);
-          e = static_cast<int32_t>(kHotExperts + state % static_cast<uint64_t>(E - kHotExperts));
+          e = static_cast<int32_t>(kHotExperts + draw() % static_cast<uint64_t>(E - kHotExperts));
         } while (taken.count(e) != 0);
       }
       taken.insert(e);
