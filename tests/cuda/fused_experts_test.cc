@@ -133,7 +133,9 @@ void expect_repeats_through_one_runner(const ExpertsInputs& a, const ExpertsInpu
 
 class CudaFusedExperts : public testing::GpuTest {};
 
-TEST_F(CudaFusedExperts, EveryPlanMatchesTheReference) {
+// The cases every plan must match the reference on, one test each: a sanitizer can then take
+// them a process at a time (racecheck over all of them in one process outlasts a 10-minute call).
+std::vector<ExpertsCase> every_plan_cases() {
   std::vector<ExpertsCase> cases = {
       bf16_case(0, 64, 32, 8, 2, 1),      bf16_case(1, 64, 32, 8, 2, 2),
       bf16_case(1, 2048, 768, 128, 8, 3), bf16_case(5, 40, 24, 7, 3, 4),
@@ -177,17 +179,26 @@ TEST_F(CudaFusedExperts, EveryPlanMatchesTheReference) {
     c.expert_map = E > 2 && rng() % 3 == 0;
     cases.push_back(c);
   }
-  for (const ExpertsCase& c : cases) {
-    SCOPED_TRACE(c.describe());
-    const ExpertsInputs in = testing::make_inputs(c);
-    const Tensor want = testing::run_reference_f32(in);
-    expect_close(Tensor::copy_of(run_public(in), DType::kF32), want, "default plan");
-    for (const cuda::ExpertsPlan& plan : plans_for(c)) {
-      const std::string what = cuda_plans::plan_name(plan);
-      expect_close(Tensor::copy_of(run_plan(in, plan), DType::kF32), want, what);
-    }
+  return cases;
+}
+
+class CudaFusedExpertsEveryPlan : public testing::GpuTest,
+                                  public ::testing::WithParamInterface<size_t> {};
+
+TEST_P(CudaFusedExpertsEveryPlan, MatchesTheReference) {
+  const ExpertsCase c = every_plan_cases().at(GetParam());
+  SCOPED_TRACE(c.describe());
+  const ExpertsInputs in = testing::make_inputs(c);
+  const Tensor want = testing::run_reference_f32(in);
+  expect_close(Tensor::copy_of(run_public(in), DType::kF32), want, "default plan");
+  for (const cuda::ExpertsPlan& plan : plans_for(c)) {
+    const std::string what = cuda_plans::plan_name(plan);
+    expect_close(Tensor::copy_of(run_plan(in, plan), DType::kF32), want, what);
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Cases, CudaFusedExpertsEveryPlan,
+                         ::testing::Range<size_t>(0, every_plan_cases().size()));
 
 // The decode plan keeps counters between launches (each launch sets them back to zero); it and the
 // tiny batch up to kTinySumMaxTokens tokens (gemm2 and the sum in one launch) add a token's pairs
