@@ -23,8 +23,12 @@ struct BatchReport {
   double flops = 0;         // router, routed experts and shared experts, 2 per multiply-add
   // Agreement with the reference backend on a sample of tokens.
   int64_t checked_tokens = 0;
-  double max_rel_error = 0;        // max |out - ref| / max |ref| over the sample
-  int64_t routing_mismatches = 0;  // sampled tokens whose expert ids differ from the reference
+  double max_rel_error = 0;  // max |out - ref| / max |ref| over the sample
+  // Sampled tokens whose experts differ from the reference's beyond a tie of logits (a wrong
+  // routing), and those whose experts differ only at such a tie (routing_ties.h): these are
+  // checked against the reference's experts on the layer's own routing.
+  int64_t routing_mismatches = 0;
+  int64_t routed_at_ties = 0;
 };
 
 struct BatchSettings {

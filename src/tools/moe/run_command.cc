@@ -89,6 +89,7 @@ nlohmann::json batch_json(const BatchReport& b, double bound) {
           {"rows_per_expert", {{"min", b.rows_min}, {"mean", b.rows_mean}, {"max", b.rows_max}}},
           {"checked_tokens", b.checked_tokens},
           {"routing_mismatches", b.routing_mismatches},
+          {"routed_at_ties", b.routed_at_ties},
           {"max_rel_error", b.max_rel_error},
           {"error_bound", bound},
           {"within_bound", b.max_rel_error <= bound}};
@@ -121,6 +122,14 @@ void print_header(const MoeConfig& c, const std::string& weights_source, DType d
              "stage times, ms", "", "weights", "", "min/mean/max", "vs ref");
 }
 
+// Sampled tokens routed otherwise than the reference routes them, wrongly or at a tie of logits.
+std::string routing_notes(const BatchReport& b) {
+  std::string notes;
+  if (b.routing_mismatches) notes += fmt::format(" ({} routed wrongly)", b.routing_mismatches);
+  if (b.routed_at_ties) notes += fmt::format(" ({} routed at a tie)", b.routed_at_ties);
+  return notes;
+}
+
 void print_batch(const BatchReport& b) {
   const auto ms = [](double us) { return us * 1e-3; };
   const double seconds = b.total_us * 1e-6;
@@ -132,7 +141,7 @@ void print_batch(const BatchReport& b) {
       ms(t.gemm2_us), ms(t.shared_us), ms(t.sum_us), b.tokens / seconds,
       b.weight_bytes / seconds * 1e-9, b.flops / seconds * 1e-9,
       fmt::format("{}/{:.1f}/{}", b.rows_min, b.rows_mean, b.rows_max), b.max_rel_error,
-      b.routing_mismatches ? fmt::format(" ({} routing mismatches)", b.routing_mismatches) : "");
+      routing_notes(b));
 }
 
 void run(const RunOptions& o) {
@@ -180,6 +189,7 @@ void run(const RunOptions& o) {
 
   nlohmann::json batches = nlohmann::json::array();
   bool all_within = true;
+  int64_t misrouted = 0;
   if (!o.json) print_header(config, weights_source, dtype, threads, weights, setup_s, layer);
   for (int64_t tokens : o.tokens) {
     BatchSettings settings;
@@ -194,6 +204,7 @@ void run(const RunOptions& o) {
                                     ids.as<int32_t>() + ids.numel());
     trace.layers[0].step_offsets.push_back(trace.layers[0].step_offsets.back() + tokens);
     all_within = all_within && report.max_rel_error <= bound;
+    misrouted += report.routing_mismatches;
     if (o.json) {
       batches.push_back(batch_json(report, bound));
     } else {
@@ -220,9 +231,18 @@ void run(const RunOptions& o) {
         "\nerror: max |out - ref| / max |ref| over {} sampled tokens per batch against "
         "the float64 reference; bound {:.0e} for {} output: {}\n",
         o.check_tokens, bound, dtype_name(dtype), all_within ? "all within" : "EXCEEDED");
+    if (misrouted > 0) {
+      fmt::print(
+          "routing: {} sampled tokens got other experts than the reference's, beyond a tie "
+          "of their logits\n",
+          misrouted);
+    }
   }
   if (!o.trace_path.empty()) write_trace(o.trace_path, trace, config.name);
   if (!all_within) fail("moe run: the error against the reference exceeds the {} bound", o.dtype);
+  if (misrouted > 0) {
+    fail("moe run: {} sampled tokens were routed to other experts than the reference's", misrouted);
+  }
 }
 
 // The --ep mode: the same options, run as one rank of an MPI job, on CPUs or one GPU per rank.
