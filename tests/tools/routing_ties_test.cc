@@ -99,5 +99,12 @@ TEST(RoutingTies, GroupedRoutingAcceptsOnlyItsOwnChoiceAwayFromTies) {
   EXPECT_FALSE(routed_at_a_tie(reference, hidden.data(), out_of_range.data()));
 }
 
+TEST(RoutingTies, TheNoteNamesOnlyWhatHappened) {
+  EXPECT_EQ(routing_note(0, 0), "");
+  EXPECT_EQ(routing_note(2, 0), "2 routed wrongly");
+  EXPECT_EQ(routing_note(0, 1), "1 routed at a tie");
+  EXPECT_EQ(routing_note(2, 1), "2 routed wrongly, 1 routed at a tie");
+}
+
 }  // namespace
 }  // namespace moe::cli

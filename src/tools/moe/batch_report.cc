@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "moe/error.h"
+#include "tools/moe/ep_sample.h"
 #include "tools/moe/routing_ties.h"
 
 namespace moe::cli {
@@ -64,56 +65,15 @@ void count_work(const MoeLayer& layer, BatchReport& report) {
 
 void check_against_reference(MoeLayer& layer, MoeLayer& reference, const Tensor& hidden,
                              const Tensor& out, int64_t sample, BatchReport& report) {
-  const int64_t M = hidden.size(0), H = hidden.size(1), k = layer.config().routing.top_k;
-  sample = std::min(sample, M);
-  if (sample == 0) return;
-  // Evenly spaced tokens, first and last included.
-  std::vector<int64_t> tokens(static_cast<size_t>(sample));
-  for (int64_t i = 0; i < sample; ++i) {
-    tokens[i] = sample == 1 ? 0 : i * (M - 1) / (sample - 1);
-  }
-  const size_t row_bytes = static_cast<size_t>(H) * dtype_size(hidden.dtype());
-  Tensor picked(hidden.dtype(), {sample, H});
-  for (int64_t i = 0; i < sample; ++i) {
-    std::memcpy(picked.data<char>() + i * row_bytes, hidden.data<char>() + tokens[i] * row_bytes,
-                row_bytes);
-  }
-  const Tensor layer_ids = Tensor::copy_of(layer.last_topk_ids(), DType::kI32);
-  const Tensor layer_weights = Tensor::copy_of(layer.last_topk_weights(), DType::kF32);
-  const Tensor picked_f32 = Tensor::copy_of(picked, DType::kF32);
-  const Tensor expected = reference.forward(picked_f32);
-  const Tensor ref_ids = Tensor::copy_of(reference.last_topk_ids(), DType::kI32);
-
-  double max_error = 0, max_expected = 0;
-  std::vector<float> got(static_cast<size_t>(H));
-  Tensor expected_at_tie(DType::kF32, {1, H});
-  for (int64_t i = 0; i < sample; ++i) {
-    const float* hidden_row = picked_f32.data<float>() + i * H;
-    int32_t* ids = layer_ids.data<int32_t>() + tokens[i] * k;
-    float* weights = layer_weights.data<float>() + tokens[i] * k;
-    const float* want = expected.data<float>() + i * H;
-    if (!std::equal(ids, ids + k, ref_ids.data<int32_t>() + i * k)) {
-      if (routed_at_a_tie(reference, hidden_row, ids)) {
-        // Either routing is right: hold the layer's experts to the reference's on its own.
-        reference.forward_experts(TensorView(const_cast<float*>(hidden_row), DType::kF32, {1, H}),
-                                  TensorView(ids, DType::kI32, {1, k}),
-                                  TensorView(weights, DType::kF32, {1, k}), expected_at_tie);
-        want = expected_at_tie.data<float>();
-        ++report.routed_at_ties;
-      } else {
-        ++report.routing_mismatches;
-      }
-    }
-    convert_to_f32(out.data<char>() + tokens[i] * row_bytes, out.dtype(), got.data(), got.size());
-    for (int64_t h = 0; h < H; ++h) {
-      const double e = want[h];
-      max_expected = std::max(max_expected, std::abs(e));
-      const double error = std::abs(static_cast<double>(got[h]) - e);
-      max_error = std::isnan(error) ? INFINITY : std::max(max_error, error);
-    }
-  }
-  report.checked_tokens = sample;
-  report.max_rel_error = max_error / std::max(max_expected, 1e-30);
+  const std::vector<int64_t> tokens = sampled_tokens(hidden.size(0), sample);
+  if (tokens.empty()) return;
+  const ReferenceOutput want = reference_output(
+      reference, Tensor::copy_of(pick_rows(hidden, tokens), DType::kF32),
+      pick_rows(layer.last_topk_ids(), tokens), pick_rows(layer.last_topk_weights(), tokens));
+  report.checked_tokens = static_cast<int64_t>(tokens.size());
+  report.max_rel_error = max_rel_error(pick_rows(out, tokens), want.expected);
+  report.routing_mismatches = want.misrouted;
+  report.routed_at_ties = want.routed_at_ties;
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "parallel/traffic.h"
+#include "tools/moe/routing_ties.h"
 
 namespace moe::cli {
 
@@ -167,6 +168,7 @@ void print_ep_batch(int64_t tokens_per_rank, const std::vector<EpRankSummary>& r
         r.link_gb_per_s());
   }
   if (check.checked_tokens > 0) {
+    const std::string note = routing_note(check.routing_mismatches, check.routed_at_ties);
     fmt::print(
         "check: {} sampled tokens: {} the single-process layer; max rel error {:.2e} against the "
         "float64 reference (bound {:.0e}){}\n",
@@ -174,10 +176,7 @@ void print_ep_batch(int64_t tokens_per_rank, const std::vector<EpRankSummary>& r
         check.differing_elements == 0
             ? "bitwise equal to"
             : fmt::format("{} elements DIFFER from", check.differing_elements),
-        check.max_rel_error, check.error_bound,
-        check.routing_mismatches
-            ? fmt::format("; {} tokens routed differently", check.routing_mismatches)
-            : "");
+        check.max_rel_error, check.error_bound, note.empty() ? "" : "; " + note);
   }
 }
 
@@ -262,6 +261,7 @@ nlohmann::json ep_batch_json(int64_t tokens_per_rank, const std::vector<EpRankSu
             {"differing_elements", check.differing_elements},
             {"bitwise_equal", check.differing_elements == 0},
             {"routing_mismatches", check.routing_mismatches},
+            {"routed_at_ties", check.routed_at_ties},
             {"max_rel_error", check.max_rel_error},
             {"error_bound", check.error_bound}}}};
 }

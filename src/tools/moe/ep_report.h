@@ -72,8 +72,11 @@ std::vector<EpRankSummary> gather_summaries(Communicator& comm, const EpRankSumm
 struct EpCheck {
   int64_t checked_tokens = 0;
   int64_t differing_elements = 0;  // vs the single-process cpu layer: 0 = bitwise equal
-  int64_t routing_mismatches = 0;  // tokens whose experts differ from the reference's
-  double max_rel_error = 0;        // vs the float64 reference
+  // Tokens whose experts differ from the reference's beyond a tie of logits, and at one
+  // (tools/moe/routing_ties.h: checked on the layer's own routing).
+  int64_t routing_mismatches = 0;
+  int64_t routed_at_ties = 0;
+  double max_rel_error = 0;  // vs the float64 reference
   double error_bound = 0;
 };
 

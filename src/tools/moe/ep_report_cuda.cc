@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "tools/moe/ep_report.h"
+#include "tools/moe/routing_ties.h"
 
 namespace moe::cli {
 
@@ -214,13 +215,12 @@ void print_cuda_ep_batch(int64_t tokens_per_rank, const std::vector<CudaEpRankSu
                 "token {} element {}: got {}, single GPU {}, tolerance {:.3e})",
                 check.tokens_beyond_bound, check.worst_token, check.worst_element, check.worst_got,
                 check.worst_want, check.worst_tolerance);
+  const std::string note = routing_note(check.routing_mismatches, check.routed_at_ties);
   fmt::print(
       "check: {} sampled tokens: {}; max rel error {:.2e} against the float64 reference (bound "
       "{:.0e}){}\n",
       check.checked_tokens, single, check.max_rel_error, check.error_bound,
-      check.routing_mismatches
-          ? fmt::format("; {} tokens routed differently", check.routing_mismatches)
-          : "");
+      note.empty() ? "" : "; " + note);
 }
 
 nlohmann::json cuda_ep_batch_json(int64_t tokens_per_rank,
@@ -268,6 +268,7 @@ nlohmann::json cuda_ep_batch_json(int64_t tokens_per_rank,
               {"worst_fraction_of_bound", check.worst_fraction_of_bound}}},
             {"within_bf16_rounding", check.tokens_beyond_bound == 0},
             {"routing_mismatches", check.routing_mismatches},
+            {"routed_at_ties", check.routed_at_ties},
             {"max_rel_error", check.max_rel_error},
             {"error_bound", check.error_bound},
             {"passed", check.passed()}}}};

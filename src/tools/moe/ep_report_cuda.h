@@ -53,7 +53,10 @@ struct CudaEpCheck {
   int64_t worst_token = 0, worst_element = 0;  // among the sampled tokens, in rank order
   double worst_got = 0, worst_want = 0, worst_tolerance = 0;
   // Float64 reference, as `moe run` checks every backend.
-  int64_t routing_mismatches = 0;  // tokens whose experts differ from the reference's
+  // Tokens whose experts differ from the reference's beyond a tie of logits, and at one
+  // (tools/moe/routing_ties.h: checked on the layer's own routing).
+  int64_t routing_mismatches = 0;
+  int64_t routed_at_ties = 0;
   double max_rel_error = 0;
   double error_bound = 0;
 

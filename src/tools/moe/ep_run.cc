@@ -11,6 +11,7 @@
 #include "tools/moe/ep_report.h"
 #include "tools/moe/ep_sample.h"
 #include "tools/moe/ep_weights.h"
+#include "tools/moe/routing_ties.h"
 
 namespace moe::cli {
 
@@ -128,11 +129,12 @@ class EpRunner {
       result.differing_elements +=
           std::memcmp(single.data<char>() + i * b, outputs.data<char>() + i * b, b) != 0;
     }
-    const Tensor expected = reference_->forward(Tensor::copy_of(inputs, DType::kF32));
-    result.max_rel_error = max_rel_error(outputs, expected);
-    result.routing_mismatches =
-        routing_mismatches(single_->last_topk_ids(), reference_->last_topk_ids(),
-                           result.checked_tokens, config_.routing.top_k);
+    const ReferenceOutput want =
+        reference_output(*reference_, Tensor::copy_of(inputs, DType::kF32),
+                         single_->last_topk_ids(), single_->last_topk_weights());
+    result.max_rel_error = max_rel_error(outputs, want.expected);
+    result.routing_mismatches = want.misrouted;
+    result.routed_at_ties = want.routed_at_ties;
     return result;
   }
 

@@ -23,6 +23,7 @@
 #include "tools/moe/ep_run.h"
 #include "tools/moe/ep_sample.h"
 #include "tools/moe/ep_weights.h"
+#include "tools/moe/routing_ties.h"
 
 namespace moe::cli {
 
@@ -172,7 +173,7 @@ class CudaEpRunner {
     const int64_t H = config_.experts.hidden_size, k = config_.routing.top_k;
     const auto n = static_cast<int64_t>(sample.size());
     Tensor inputs(DType::kBF16, {N * n, H}), want(DType::kBF16, {N * n, H});
-    Tensor ids(DType::kI32, {N * n, k});
+    Tensor ids(DType::kI32, {N * n, k}), weights(DType::kF32, {N * n, k});
     for (int r = 0; r < N; ++r) {
       const Tensor hidden = ep_hidden(tokens, H, DType::kBF16, o_.seed, r);
       const Tensor single = single_->forward(hidden);
@@ -182,13 +183,15 @@ class CudaEpRunner {
       put(inputs, pick_rows(hidden, sample));
       put(want, pick_rows(single, sample));
       put(ids, pick_rows(single_->last_topk_ids(), sample));
+      put(weights, pick_rows(single_->last_topk_weights(), sample));
     }
     compare_within_bf16_rounding(outputs, want, k, N, config_.experts.shared_intermediate_size > 0,
                                  result);
-    const Tensor expected = reference_->forward(Tensor::copy_of(inputs, DType::kF32));
-    result.max_rel_error = max_rel_error(outputs, expected);
-    result.routing_mismatches =
-        routing_mismatches(ids, reference_->last_topk_ids(), result.checked_tokens, k);
+    const ReferenceOutput expected =
+        reference_output(*reference_, Tensor::copy_of(inputs, DType::kF32), ids, weights);
+    result.max_rel_error = max_rel_error(outputs, expected.expected);
+    result.routing_mismatches = expected.misrouted;
+    result.routed_at_ties = expected.routed_at_ties;
     return result;
   }
 

@@ -62,13 +62,4 @@ double max_rel_error(const Tensor& got, const Tensor& expected) {
   return max_error / std::max(max_expected, 1e-30);
 }
 
-int64_t routing_mismatches(const TensorView& a, const TensorView& b, int64_t tokens, int64_t k) {
-  int64_t mismatches = 0;
-  for (int64_t t = 0; t < tokens; ++t) {
-    mismatches += !std::equal(a.as<int32_t>() + t * k, a.as<int32_t>() + (t + 1) * k,
-                              b.as<int32_t>() + t * k);
-  }
-  return mismatches;
-}
-
 }  // namespace moe::cli

@@ -29,7 +29,4 @@ Tensor gather_rows_on_rank0(Communicator& comm, const Tensor& rows);
 // expected f32 of the same shape.
 double max_rel_error(const Tensor& got, const Tensor& expected);
 
-// Tokens whose k expert ids differ between a and b ([tokens, k] int32 each).
-int64_t routing_mismatches(const TensorView& a, const TensorView& b, int64_t tokens, int64_t k);
-
 }  // namespace moe::cli

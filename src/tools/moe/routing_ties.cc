@@ -4,6 +4,8 @@
 #include <cmath>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "moe/routing.h"
 
 namespace moe::cli {
@@ -41,6 +43,40 @@ bool routed_at_a_tie(const MoeLayer& reference, const float* hidden_row, const i
   if (w.correction_bias.defined()) inputs.correction_bias = w.correction_bias;
   select_experts(config.routing, moved, inputs, chosen, weights, {}, Backend::kReference);
   return std::equal(ids, ids + k, chosen.data<int32_t>());
+}
+
+std::string routing_note(int64_t misrouted, int64_t routed_at_ties) {
+  std::string note;
+  if (misrouted > 0) note = fmt::format("{} routed wrongly", misrouted);
+  if (routed_at_ties > 0) {
+    note += fmt::format("{}{} routed at a tie", note.empty() ? "" : ", ", routed_at_ties);
+  }
+  return note;
+}
+
+ReferenceOutput reference_output(MoeLayer& reference, const Tensor& hidden, const TensorView& ids,
+                                 const TensorView& weights) {
+  const int64_t n = hidden.size(0), H = hidden.size(1), k = reference.config().routing.top_k;
+  ReferenceOutput result;
+  result.expected = reference.forward(hidden);
+  const Tensor reference_ids = Tensor::copy_of(reference.last_topk_ids(), DType::kI32);
+  Tensor row_ids(DType::kI32, {1, k}), row_weights(DType::kF32, {1, k});
+  for (int64_t t = 0; t < n; ++t) {
+    const int32_t* layer_ids = ids.as<int32_t>() + t * k;
+    if (std::equal(layer_ids, layer_ids + k, reference_ids.data<int32_t>() + t * k)) continue;
+    const float* hidden_row = hidden.data<float>() + t * H;
+    if (!routed_at_a_tie(reference, hidden_row, layer_ids)) {
+      ++result.misrouted;
+      continue;
+    }
+    ++result.routed_at_ties;
+    std::copy_n(layer_ids, k, row_ids.data<int32_t>());
+    std::copy_n(weights.as<float>() + t * k, k, row_weights.data<float>());
+    reference.forward_experts(
+        TensorView(const_cast<float*>(hidden_row), DType::kF32, {1, H}), row_ids, row_weights,
+        TensorView(result.expected.data<float>() + t * H, DType::kF32, {1, H}));
+  }
+  return result;
 }
 
 }  // namespace moe::cli

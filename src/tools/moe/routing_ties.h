@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "moe/layer.h"
 
@@ -20,5 +21,20 @@ inline constexpr double kRoutingTieBand = 1e-4;
 // and every other expert moved down by the band, the reference routing picks exactly `ids`.
 // `reference` is a layer on the reference backend; its router and biases are read.
 bool routed_at_a_tie(const MoeLayer& reference, const float* hidden_row, const int32_t* ids);
+
+// What a layer's output on `hidden` (f32 [n, H]) should be, given the routing it chose (`ids`
+// int32 and `weights` f32, [n, k]): the reference's output, except that a token the layer routed
+// otherwise at a tie gets the reference's experts on the layer's routing. A token routed
+// otherwise beyond a tie is counted and keeps the reference's own output.
+struct ReferenceOutput {
+  Tensor expected;  // [n, H] f32
+  int64_t misrouted = 0;
+  int64_t routed_at_ties = 0;
+};
+// "2 routed wrongly, 1 routed at a tie" for the checked tokens' report; empty when both are 0.
+std::string routing_note(int64_t misrouted, int64_t routed_at_ties);
+
+ReferenceOutput reference_output(MoeLayer& reference, const Tensor& hidden, const TensorView& ids,
+                                 const TensorView& weights);
 
 }  // namespace moe::cli

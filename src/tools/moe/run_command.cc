@@ -23,6 +23,7 @@
 #include "tools/moe/commands.h"
 #include "tools/moe/ep_options.h"
 #include "tools/moe/ep_run.h"
+#include "tools/moe/routing_ties.h"
 
 namespace moe::cli {
 
@@ -122,18 +123,11 @@ void print_header(const MoeConfig& c, const std::string& weights_source, DType d
              "stage times, ms", "", "weights", "", "min/mean/max", "vs ref");
 }
 
-// Sampled tokens routed otherwise than the reference routes them, wrongly or at a tie of logits.
-std::string routing_notes(const BatchReport& b) {
-  std::string notes;
-  if (b.routing_mismatches) notes += fmt::format(" ({} routed wrongly)", b.routing_mismatches);
-  if (b.routed_at_ties) notes += fmt::format(" ({} routed at a tie)", b.routed_at_ties);
-  return notes;
-}
-
 void print_batch(const BatchReport& b) {
   const auto ms = [](double us) { return us * 1e-3; };
   const double seconds = b.total_us * 1e-6;
   const StageTimes& t = b.stages;
+  const std::string note = routing_note(b.routing_mismatches, b.routed_at_ties);
   fmt::print(
       "{:>6} {:>9.3f} | {:>7.3f} {:>7.3f} {:>7.3f} {:>7.3f} {:>7.3f} {:>7.3f} {:>7.3f} | "
       "{:>9.0f} {:>7.2f} {:>8.1f} | {:>14} | {:>9.2e}{}\n",
@@ -141,7 +135,7 @@ void print_batch(const BatchReport& b) {
       ms(t.gemm2_us), ms(t.shared_us), ms(t.sum_us), b.tokens / seconds,
       b.weight_bytes / seconds * 1e-9, b.flops / seconds * 1e-9,
       fmt::format("{}/{:.1f}/{}", b.rows_min, b.rows_mean, b.rows_max), b.max_rel_error,
-      routing_notes(b));
+      note.empty() ? "" : fmt::format(" ({})", note));
 }
 
 void run(const RunOptions& o) {
