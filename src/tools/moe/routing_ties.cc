@@ -64,7 +64,7 @@ ReferenceOutput reference_output(MoeLayer& reference, const Tensor& hidden, cons
   for (int64_t t = 0; t < n; ++t) {
     const int32_t* layer_ids = ids.as<int32_t>() + t * k;
     if (std::equal(layer_ids, layer_ids + k, reference_ids.data<int32_t>() + t * k)) continue;
-    const float* hidden_row = hidden.data<float>() + t * H;
+    float* hidden_row = hidden.data<float>() + t * H;
     if (!routed_at_a_tie(reference, hidden_row, layer_ids)) {
       ++result.misrouted;
       continue;
@@ -73,7 +73,7 @@ ReferenceOutput reference_output(MoeLayer& reference, const Tensor& hidden, cons
     std::copy_n(layer_ids, k, row_ids.data<int32_t>());
     std::copy_n(weights.as<float>() + t * k, k, row_weights.data<float>());
     reference.forward_experts(
-        TensorView(const_cast<float*>(hidden_row), DType::kF32, {1, H}), row_ids, row_weights,
+        TensorView(hidden_row, DType::kF32, {1, H}), row_ids, row_weights,
         TensorView(result.expected.data<float>() + t * H, DType::kF32, {1, H}));
   }
   return result;

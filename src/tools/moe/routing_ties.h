@@ -1,6 +1,6 @@
 // Routing ties between a layer and the float64 reference. Routers accumulate logits in float32
 // (the reference in float64), so where two experts' logits lie within rounding of each other a
-// correct layer may pick either: `moe run` must not report that as a wrong result.
+// correct layer may pick either: `moe run` and its --ep checks must not call that a wrong result.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +22,9 @@ inline constexpr double kRoutingTieBand = 1e-4;
 // `reference` is a layer on the reference backend; its router and biases are read.
 bool routed_at_a_tie(const MoeLayer& reference, const float* hidden_row, const int32_t* ids);
 
+// "2 routed wrongly, 1 routed at a tie" for the checked tokens' report; empty when both are 0.
+std::string routing_note(int64_t misrouted, int64_t routed_at_ties);
+
 // What a layer's output on `hidden` (f32 [n, H]) should be, given the routing it chose (`ids`
 // int32 and `weights` f32, [n, k]): the reference's output, except that a token the layer routed
 // otherwise at a tie gets the reference's experts on the layer's routing. A token routed
@@ -31,9 +34,6 @@ struct ReferenceOutput {
   int64_t misrouted = 0;
   int64_t routed_at_ties = 0;
 };
-// "2 routed wrongly, 1 routed at a tie" for the checked tokens' report; empty when both are 0.
-std::string routing_note(int64_t misrouted, int64_t routed_at_ties);
-
 ReferenceOutput reference_output(MoeLayer& reference, const Tensor& hidden, const TensorView& ids,
                                  const TensorView& weights);
 
