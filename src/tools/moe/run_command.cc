@@ -50,6 +50,19 @@ struct RunOptions {
   EpSettings ep;
 };
 
+// The counts are checked before anything is built: a bad one would otherwise stop the run only
+// after seconds of setting up weights (a bad --tokens, --repeats), or not at all (a negative
+// --check-tokens checked nothing and said so as "-2 sampled tokens").
+void check_counts(const RunOptions& o) {
+  for (const int64_t tokens : o.tokens) {
+    if (tokens < 0) fail("--tokens: expected counts >= 0; got {}", tokens);
+  }
+  if (o.repeats < 1) fail("--repeats: expected >= 1; got {}", o.repeats);
+  if (o.check_tokens < 0) {
+    fail("--check-tokens: expected >= 0 (0 = none); got {}", o.check_tokens);
+  }
+}
+
 // The backend the options name: --device cuda is --backend cuda, and takes no other backend.
 std::string chosen_backend(const RunOptions& o) {
   if (o.device != "cuda") return o.backend;
@@ -326,6 +339,7 @@ void add_run_command(CLI::App& app) {
   add_ep_options(cmd, options->ep);
   cmd->callback([options, layer] {
     options->layer_given = layer->count() > 0;
+    check_counts(*options);
     if (options->ep.enabled) {
       run_expert_parallel(*options, options->layer_given);
     } else {
