@@ -50,9 +50,10 @@ struct RunOptions {
   EpSettings ep;
 };
 
-// The counts are checked before anything is built: a bad one would otherwise stop the run only
-// after seconds of setting up weights (a bad --tokens, --repeats), or not at all (a negative
-// --check-tokens checked nothing and said so as "-2 sampled tokens").
+// The counts are checked here, for both the single-process and the --ep runs, before anything
+// is built: a bad one would otherwise stop the run only after seconds of setting up weights (a
+// bad --tokens, --repeats), or not at all (a negative --check-tokens checked nothing and said so
+// as "-2 sampled tokens").
 void check_counts(const RunOptions& o) {
   for (const int64_t tokens : o.tokens) {
     if (tokens < 0) fail("--tokens: expected counts >= 0; got {}", tokens);
