@@ -24,6 +24,7 @@
 #include "ops/cuda_plan_choice.h"
 #include "ops/cuda_plan_table.h"
 #include "tools/moe/experts_sweep.h"
+#include "tools/moe/turn_order.h"
 
 namespace moe::cli {
 namespace {
@@ -214,10 +215,10 @@ void prepare(TimedPlan& t, const cuda::ExpertsPlan& plan,
   }
 }
 
-// Replays the plans in turns, `rounds` times: in round r each plan replays every routing set once,
-// the round starting at plan r % plans, each replay between its own pair of events. The GPU stays
-// busy from the first replay to the last and every plan meets the clock of every part of the run.
-// Timed one after another, each right after the host had captured its graphs, a plan's figure
+// Replays the plans in turns, `rounds` times: in each round each plan replays every routing set
+// once, in turn_order's order for that round, each replay between its own pair of events. The GPU
+// stays busy from the first replay to the last and every plan meets the clock of every part of the
+// run. Timed one after another, each right after the host had captured its graphs, a plan's figure
 // depended on its place in the run: `tma/128` at Qwen3-30B-A3B's 4096 tokens read 852-919 us over
 // four processes, slowest where it came first; in turns 864-865 in two (docs/perf.md,
 // thirty-eighth session). Within a turn the routings rotate, so no two consecutive replays read
@@ -235,8 +236,8 @@ void time_in_turns(const std::vector<TimedPlan*>& plans, int rounds, cudaStream_
   size_t i = 0;
   check(cudaEventRecord(marks[0], stream), "cudaEventRecord");
   for (size_t r = 0; r < static_cast<size_t>(rounds); ++r) {
-    for (size_t j = 0; j < n; ++j) {
-      TimedPlan* t = plans[(r + j) % n];
+    for (const size_t j : turn_order(n, r)) {
+      TimedPlan* t = plans[j];
       for (cudaGraphExec_t graph : t->graphs) {
         check(cudaGraphLaunch(graph, stream), "cudaGraphLaunch");
         owner[i] = t;
