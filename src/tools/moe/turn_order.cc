@@ -9,8 +9,9 @@ size_t turn_order_cycle(size_t plans) { return plans % 2 == 0 || plans == 1 ? pl
 std::vector<size_t> turn_order(size_t plans, size_t round) {
   std::vector<size_t> order;
   if (plans == 0) return order;
-  // First row 0, 1, n-1, 2, n-2, ...: its consecutive differences take every value mod n once,
-  // so shifting it by the round's number gives each ordered pair of neighbours once per n rows.
+  // First row 0, 1, n-1, 2, n-2, ...: for even n its consecutive differences take every nonzero
+  // value mod n once, so shifting it by the round's number gives each ordered pair of neighbours
+  // once per n rows.
   const size_t row = round % turn_order_cycle(plans);
   size_t low = 1, high = plans - 1;
   order.push_back(0);
