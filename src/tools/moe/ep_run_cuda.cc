@@ -32,7 +32,7 @@ namespace {
 using cuda::check;
 
 // Refuses, by name and before any GPU work, what the CPU --ep run takes and the GPU layer cannot,
-// and values out of range.
+// and values out of range (`moe run` checked the counts before dispatching here).
 void check_gpu_options(const EpRunOptions& o) {
   if (o.dtype != "bf16") {
     fail("--dtype: --ep --device cuda runs bf16 weights and hidden states; got {}", o.dtype);
@@ -43,7 +43,6 @@ void check_gpu_options(const EpRunOptions& o) {
   }
   check_gpu_ep_settings(o.ep);
   if (o.threads < 0) fail("--threads: expected >= 0 (0 = all cores); got {}", o.threads);
-  if (o.repeats < 1) fail("--repeats: expected >= 1; got {}", o.repeats);
 }
 
 class CudaEpRunner {
