@@ -24,6 +24,7 @@
 #include "ops/cuda_plan_choice.h"
 #include "ops/cuda_plan_table.h"
 #include "tools/moe/experts_sweep.h"
+#include "tools/moe/plan_finalists.h"
 #include "tools/moe/turn_order.h"
 
 namespace moe::cli {
@@ -408,14 +409,25 @@ std::vector<CudaBenchRow> run_cuda_bench(const MoeConfig& config, const CudaBenc
       runnable.push_back(&timed[i]);
     }
     time_in_turns(runnable, options.repeats, stream);
+    std::vector<double> medians;
+    for (TimedPlan* t : runnable) {
+      t->row.median_us = median(t->replays);
+      t->row.min_us = *std::min_element(t->replays.begin(), t->replays.end());
+      medians.push_back(t->row.median_us);
+    }
+    if (options.finalist_margin > 0) {
+      std::vector<TimedPlan*> final_round;
+      for (const size_t i : plan_finalists(medians, options.finalist_margin)) {
+        final_round.push_back(runnable[i]);
+        runnable[i]->replays.clear();
+      }
+      time_in_turns(final_round, options.repeats, stream);
+      for (TimedPlan* t : final_round) t->row.final_us = median(t->replays);
+    }
     for (TimedPlan& t : timed) {
       for (cudaGraphExec_t graph : t.graphs) cudaGraphExecDestroy(graph);
-      if (!t.replays.empty()) {
-        if (options.timeline) {
-          t.row.timeline = summarize(t.runner->read_timeline(stream), t.replays.back());
-        }
-        t.row.median_us = median(t.replays);
-        t.row.min_us = *std::min_element(t.replays.begin(), t.replays.end());
+      if (options.timeline && !t.replays.empty()) {
+        t.row.timeline = summarize(t.runner->read_timeline(stream), t.replays.back());
       }
       rows.push_back(t.row);
     }

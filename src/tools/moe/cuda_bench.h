@@ -21,6 +21,9 @@ struct CudaBenchOptions {
   uint64_t seed = 0;
   bool balanced = false;  // balanced routings (experts_sweep.h) instead of uniform random ones
   bool timeline = false;  // record the last replay's thread blocks (tma plans): CudaBenchRow
+  // > 0: after each size's round of every plan, the plans within this share of its best median
+  // (plan_finalists) are timed again, alone in turns (CudaBenchRow::final_us).
+  double finalist_margin = 0;
 };
 
 // When the thread blocks of the tma plans' GEMMs started and ended in one replay, in microseconds
@@ -48,6 +51,8 @@ struct CudaBenchRow {
   bool is_chosen = false;
   std::string cannot_run;  // why the plan cannot run this size (cuda::why_plan_cannot_run): untimed
   double median_us = 0, min_us = 0;
+  double final_us =
+      0;  // median of the final round (CudaBenchOptions::finalist_margin); 0: not in one
   double align_us = 0, gemm1_us = 0, gemm2_us = 0, sum_us = 0;  // one un-captured call
   double distinct_experts = 0;                                  // mean over the routing sets
   double weight_bytes = 0, flops = 0;
