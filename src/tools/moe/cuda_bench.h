@@ -51,8 +51,8 @@ struct CudaBenchRow {
   bool is_chosen = false;
   std::string cannot_run;  // why the plan cannot run this size (cuda::why_plan_cannot_run): untimed
   double median_us = 0, min_us = 0;
-  double final_us =
-      0;  // median of the final round (CudaBenchOptions::finalist_margin); 0: not in one
+  // Median of the final round (CudaBenchOptions::finalist_margin); 0: the plan was not in one.
+  double final_us = 0;
   double align_us = 0, gemm1_us = 0, gemm2_us = 0, sum_us = 0;  // one un-captured call
   double distinct_experts = 0;                                  // mean over the routing sets
   double weight_bytes = 0, flops = 0;

@@ -1,10 +1,10 @@
 // Which plans `moe tune` times a second time. In a sweep of every plan, a plan's median depends by
 // several percent on the plans around it: slow plans between the fast ones leave the board headroom
 // under its power limit, and the clock follows the recent draw. On an H100 the gap between
-// `tma/128` and `tma_eager/128` at Qwen3-30B-A3B's 8192 tokens read from -1% to +5.4% in sweeps of
-// two turn orders, and 1% with the two alone (docs/perf.md, fifty-second session). So the plans
-// close to the sweep's best are timed again in a final round, alone in turns, and the tune picks
-// from that round.
+// `tma/128` and `tma_eager/128` at Qwen3-30B-A3B's 8192 tokens read from 1% one way to 6% the
+// other in sweeps of two turn orders, and 1% with the two alone (docs/perf.md, fifty-second
+// session). So the plans close to the sweep's best are timed again in a final round, alone in
+// turns, and the tune picks from that round.
 #pragma once
 
 #include <cstddef>

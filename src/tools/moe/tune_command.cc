@@ -48,10 +48,10 @@ struct TuneOptions {
 // plan at every size.
 constexpr double kDefaultSlowdownBound = 1.10;
 
-// The tuned and the built-in plan at one token count.
-// A plan's figure for the pick: its final-round median where the size had a final round and the
-// plan was in it (the best always is), else its sweep median. The default is compared with the best
-// in the same round: both final, or (the default left out of the final round) both from the sweep.
+// The tuned and the built-in plan at one token count. A plan's figure is its final-round median
+// where the size had a final round and the plan was in it (the best always is), else its sweep
+// median. The default is compared with the best in the same round: both final, or (the default
+// left out of the final round) both from the sweep.
 struct TunedSize {
   const CudaBenchRow* best = nullptr;
   const CudaBenchRow* built_in = nullptr;
@@ -210,8 +210,8 @@ void add_tune_command(CLI::App& app) {
       "Writes <output>/E=<E>,H=<H>,I=<I>,k=<k>,device_name=<GPU>.json: for each token count M, the "
       "fastest grouped-GEMM kernel and block_m (every plan timed in turns, then those within 10% "
       "of the best timed again, alone in turns, and the fastest of that round kept). fused_experts "
-      "on that GPU and shape then runs the "
-      "plan of the closest M. Tables in configs/cuda are compiled into the library at the next "
+      "on that GPU and shape then runs the plan of the closest M. Tables in configs/cuda are "
+      "compiled into the library at the next "
       "build; MOE_CUDA_TUNING_DIR=<folder> makes a folder's tables take effect without one. "
       "Prints, per M, the tuned and the built-in default plan with their times and the "
       "default/best ratio (the default should stay within 10%). Needs a CUDA GPU.");
