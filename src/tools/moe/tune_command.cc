@@ -4,7 +4,6 @@
 // default, so the default's cost without tuning stays visible.
 #include <algorithm>
 #include <cstdio>
-#include <limits>
 #include <string>
 #include <vector>
 
@@ -48,42 +47,37 @@ struct TuneOptions {
 // plan at every size.
 constexpr double kDefaultSlowdownBound = 1.10;
 
-// The tuned and the built-in plan at one token count. A plan's figure is its final-round median
-// where the size had a final round and the plan was in it (the best always is), else its sweep
-// median. The default is compared with the best in the same round: both final, or (the default
-// left out of the final round) both from the sweep.
+// A plan's figure: its final-round median where it was in one, else its sweep median.
+double figure_us(const CudaBenchRow& row) {
+  return row.final_us > 0 ? row.final_us : row.median_us;
+}
+
+// A plan of the size's final round ranks before every plan that was not in it (the round exists
+// only when two or more plans came within the margin), then the lower figure first.
+bool ranks_before(const CudaBenchRow& a, const CudaBenchRow& b) {
+  if ((a.final_us > 0) != (b.final_us > 0)) return a.final_us > 0;
+  return figure_us(a) < figure_us(b);
+}
+
+// The tuned and the built-in plan at one token count. The default is compared with the best in
+// the same round: both final, or (the default left out of the final round) both from the sweep.
 struct TunedSize {
   const CudaBenchRow* best = nullptr;
   const CudaBenchRow* built_in = nullptr;
-  double best_us() const { return best->final_us > 0 ? best->final_us : best->median_us; }
-  double built_in_us() const {
-    return built_in->final_us > 0 ? built_in->final_us : built_in->median_us;
-  }
   double slowdown() const {
     return built_in->final_us > 0 ? built_in->final_us / best->final_us
                                   : built_in->median_us / best->median_us;
   }
 };
 
-double pick_figure(const CudaBenchRow& row, bool final_round) {
-  if (!final_round) return row.median_us;
-  return row.final_us > 0 ? row.final_us : std::numeric_limits<double>::infinity();
-}
-
 std::vector<TunedSize> pick_best(const std::vector<CudaBenchRow>& rows,
                                  const std::vector<int64_t>& tokens) {
   std::vector<TunedSize> sizes;
   for (const int64_t count : tokens) {
-    const bool final_round = std::any_of(rows.begin(), rows.end(), [&](const CudaBenchRow& row) {
-      return row.tokens == count && row.final_us > 0;
-    });
     TunedSize size;
     for (const CudaBenchRow& row : rows) {
       if (row.tokens != count || !row.cannot_run.empty()) continue;
-      if (size.best == nullptr ||
-          pick_figure(row, final_round) < pick_figure(*size.best, final_round)) {
-        size.best = &row;
-      }
+      if (size.best == nullptr || ranks_before(row, *size.best)) size.best = &row;
       if (row.is_default) size.built_in = &row;
     }
     if (size.best == nullptr || size.built_in == nullptr) {
@@ -141,9 +135,9 @@ void tune_cuda(const TuneOptions& o) {
     for (const TunedSize& size : sizes) {
       report["rows"].push_back({{"tokens", size.best->tokens},
                                 {"best_plan", size.best->plan},
-                                {"best_us", size.best_us()},
+                                {"best_us", figure_us(*size.best)},
                                 {"default_plan", size.built_in->plan},
-                                {"default_us", size.built_in_us()},
+                                {"default_us", figure_us(*size.built_in)},
                                 {"best_sweep_us", size.best->median_us},
                                 {"default_sweep_us", size.built_in->median_us},
                                 {"default_over_best", size.slowdown()},
@@ -163,8 +157,8 @@ void tune_cuda(const TuneOptions& o) {
              "us", "default/best", "floor us");
   for (const TunedSize& size : sizes) {
     fmt::print("{:>6} {:>10} {:>9.1f} {:>10} {:>9.1f} {:>13.2f} {:>9.1f}{}\n", size.best->tokens,
-               size.best->plan, size.best_us(), size.built_in->plan, size.built_in_us(),
-               size.slowdown(), size.best->floor_us,
+               size.best->plan, figure_us(*size.best), size.built_in->plan,
+               figure_us(*size.built_in), size.slowdown(), size.best->floor_us,
                size.slowdown() > kDefaultSlowdownBound ? "  > bound" : "");
   }
   fmt::print("\nwrote {} ({} token counts)\n", path.string(), table.size());
