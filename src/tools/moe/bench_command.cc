@@ -58,6 +58,7 @@ struct BenchOptions {
   bool repeats_given = false;
   bool sweep = false;
   bool timeline = false;
+  bool final_round = false;
   std::vector<std::string> plans;
   std::string output;
   // --ep
@@ -73,8 +74,8 @@ struct BenchOptions {
 // by that device's bench.
 void bench_ep_command(const BenchOptions& o) {
   if (o.csv) fail("--csv: moe bench --ep prints a table or --json");
-  if (o.sweep || o.timeline || !o.plans.empty() || !o.output.empty()) {
-    fail("--sweep, --timeline, --plans and --output belong to --device cuda");
+  if (o.sweep || o.final_round || o.timeline || !o.plans.empty() || !o.output.empty()) {
+    fail("--sweep, --final-round, --timeline, --plans and --output belong to --device cuda");
   }
   if (o.routing != "uniform") {
     fail("--routing: --ep routes by a trace (--trace, or the synthetic one of --zipf); got {}",
@@ -127,6 +128,7 @@ void bench_cuda(const BenchOptions& o) {
   command.seed = o.seed;
   command.balanced = o.routing == "balanced";
   command.timeline = o.timeline;
+  command.final_round = o.final_round;
   run_cuda_bench_command(command);
 #else
   fail("--device cuda: this build has no CUDA backend (configure with MOE_WITH_CUDA=ON)");
@@ -232,8 +234,8 @@ void bench(const BenchOptions& o) {
   }
   if (o.ep.enabled) return bench_ep_command(o);
   if (o.device == "cuda") return bench_cuda(o);
-  if (o.sweep || o.timeline || !o.plans.empty() || !o.output.empty()) {
-    fail("--sweep, --timeline, --plans and --output belong to --device cuda");
+  if (o.sweep || o.final_round || o.timeline || !o.plans.empty() || !o.output.empty()) {
+    fail("--sweep, --final-round, --timeline, --plans and --output belong to --device cuda");
   }
   const MoeConfig config =
       o.config_path.empty() ? preset_config(o.preset) : load_hf_config(o.config_path);
@@ -408,6 +410,9 @@ void add_bench_command(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_flag("--sweep", options->sweep, "cuda: also time every kernel plan that can run");
+  cmd->add_flag("--final-round", options->final_round,
+                "cuda: after each size's round, time the plans within 10% of its best again, "
+                "alone in turns, as moe tune does (column 'final us')");
   cmd->add_flag("--timeline", options->timeline,
                 "cuda: also print when the GEMMs' thread blocks of the tma plans started and "
                 "ended in the last replay (min / median / max)");

@@ -500,6 +500,7 @@ void run_cuda_bench_command(const CudaBenchCommand& o) {
   options.seed = o.seed;
   options.balanced = o.balanced;
   options.timeline = o.timeline;
+  options.finalist_margin = o.final_round ? kFinalistMargin : 0;
   const std::vector<CudaBenchRow> rows = run_cuda_bench(config, options, ceilings);
 
   {
@@ -530,6 +531,7 @@ void run_cuda_bench_command(const CudaBenchCommand& o) {
                                 {"weight_bytes", r.weight_bytes},
                                 {"flops", r.flops},
                                 {"workspace_bytes", r.workspace_bytes}});
+      if (r.final_us > 0) report["rows"].back()["final_us"] = r.final_us;
       const TimelineSummary& t = r.timeline;
       if (o.timeline && r.cannot_run.empty()) {
         auto triple = [](const double v[3]) { return nlohmann::json::array({v[0], v[1], v[2]}); };
@@ -570,20 +572,33 @@ void run_cuda_bench_command(const CudaBenchCommand& o) {
       config.routing.num_experts, config.routing.top_k, ceilings.device_name, kPowerWarmupSeconds,
       ceilings.copy_bytes_per_s / 1e12, ceilings.bf16_flops_per_s / 1e12,
       o.balanced ? "balanced" : "uniform");
-  fmt::print("{:>6} {:>10} {:>10} {:>9} {:>8} {:>8} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>8}\n",
-             "tokens", "plan", "us", "floor us", "floor %", "TFLOP/s", "TB/s", "align", "gemm1",
-             "gemm2", "sum", "experts", "work MB");
+  if (o.final_round) {
+    fmt::print(
+        "final us: median of a final round after each size's, the plans within {:.0f}% of its best "
+        "replayed again, alone in turns (- : not in it); the other columns are from the first\n\n",
+        100.0 * kFinalistMargin);
+  }
+  // The final round's column, only where one was asked for.
+  auto final_column = [&](const CudaBenchRow& r) -> std::string {
+    if (!o.final_round) return "";
+    return r.final_us > 0 ? fmt::format(" {:>9.1f}", r.final_us) : fmt::format(" {:>9}", "-");
+  };
+  fmt::print("{:>6} {:>10} {:>10}{} {:>9} {:>8} {:>8} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>8}\n",
+             "tokens", "plan", "us", o.final_round ? fmt::format(" {:>9}", "final us") : "",
+             "floor us", "floor %", "TFLOP/s", "TB/s", "align", "gemm1", "gemm2", "sum", "experts",
+             "work MB");
   for (const CudaBenchRow& r : rows) {
     if (!r.cannot_run.empty()) {
       fmt::print("{:>6} {:>10}  cannot run: {}\n", r.tokens, r.plan + " ", r.cannot_run);
       continue;
     }
     fmt::print(
-        "{:>6} {:>10} {:>10.1f} {:>9.1f} {:>7.0f}% {:>8.1f} {:>7.2f} {:>7.1f} {:>7.1f} {:>7.1f} "
+        "{:>6} {:>10} {:>10.1f}{} {:>9.1f} {:>7.0f}% {:>8.1f} {:>7.2f} {:>7.1f} {:>7.1f} {:>7.1f} "
         "{:>7.1f} {:>7.1f} {:>8.0f}\n",
-        r.tokens, r.plan + marker(r), r.median_us, r.floor_us, 100.0 * r.floor_us / r.median_us,
-        r.flops / r.median_us / 1e6, r.weight_bytes / r.median_us / 1e6, r.align_us, r.gemm1_us,
-        r.gemm2_us, r.sum_us, r.distinct_experts, r.workspace_bytes / 1e6);
+        r.tokens, r.plan + marker(r), r.median_us, final_column(r), r.floor_us,
+        100.0 * r.floor_us / r.median_us, r.flops / r.median_us / 1e6,
+        r.weight_bytes / r.median_us / 1e6, r.align_us, r.gemm1_us, r.gemm2_us, r.sum_us,
+        r.distinct_experts, r.workspace_bytes / 1e6);
   }
   fmt::print(
       "\n* the built-in default plan; + the tuned table's plan (configs/cuda, moe tune), which a "

@@ -76,6 +76,7 @@ struct CudaBenchCommand {
   uint64_t seed = 0;
   bool balanced = false;
   bool timeline = false;
+  bool final_round = false;  // CudaBenchOptions::finalist_margin = kFinalistMargin
 };
 void run_cuda_bench_command(const CudaBenchCommand& options);
 
