@@ -326,6 +326,7 @@ std::vector<CudaBenchRow> run_cuda_bench(const MoeConfig& config, const CudaBenc
     fail("bench: expected at least one routing set and one repeat; got {} and {}",
          options.routing_sets, options.repeats);
   }
+  const auto start = std::chrono::steady_clock::now();
   cudaStream_t stream;
   check(cudaStreamCreate(&stream), "cudaStreamCreate");
 
@@ -415,14 +416,22 @@ std::vector<CudaBenchRow> run_cuda_bench(const MoeConfig& config, const CudaBenc
       t->row.min_us = *std::min_element(t->replays.begin(), t->replays.end());
       medians.push_back(t->row.median_us);
     }
+    std::vector<TimedPlan*> final_round;
     if (options.finalist_margin > 0) {
-      std::vector<TimedPlan*> final_round;
       for (const size_t i : plan_finalists(medians, options.finalist_margin)) {
         final_round.push_back(runnable[i]);
         runnable[i]->replays.clear();
       }
       time_in_turns(final_round, options.repeats, stream);
       for (TimedPlan* t : final_round) t->row.final_us = median(t->replays);
+    }
+    if (!options.progress_label.empty()) {
+      const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
+      fmt::print(
+          stderr, "{}: {} tokens, {} plans timed{} ({:.0f} s so far)\n", options.progress_label,
+          tokens, runnable.size(),
+          final_round.empty() ? "" : fmt::format(", {} again in a final round", final_round.size()),
+          elapsed.count());
     }
     for (TimedPlan& t : timed) {
       for (cudaGraphExec_t graph : t.graphs) cudaGraphExecDestroy(graph);
@@ -501,6 +510,7 @@ void run_cuda_bench_command(const CudaBenchCommand& o) {
   options.balanced = o.balanced;
   options.timeline = o.timeline;
   options.finalist_margin = o.final_round ? kFinalistMargin : 0;
+  options.progress_label = "moe bench";
   const std::vector<CudaBenchRow> rows = run_cuda_bench(config, options, ceilings);
 
   {

@@ -24,6 +24,9 @@ struct CudaBenchOptions {
   // > 0: after each size's round of every plan, the plans within this share of its best median
   // (plan_finalists) are timed again, alone in turns (CudaBenchRow::final_us).
   double finalist_margin = 0;
+  // Not empty: after each size, a line on stderr that starts with this ("moe tune"), so that a
+  // sweep of several minutes shows where it is.
+  std::string progress_label;
 };
 
 // When the thread blocks of the tma plans' GEMMs started and ended in one replay, in microseconds

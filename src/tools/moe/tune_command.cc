@@ -111,6 +111,7 @@ void tune_cuda(const TuneOptions& o) {
   options.sweep = true;
   options.seed = o.seed;
   options.finalist_margin = kFinalistMargin;
+  options.progress_label = "moe tune";
   const std::vector<CudaBenchRow> rows = run_cuda_bench(config, options, ceilings);
   const std::vector<TunedSize> sizes = pick_best(rows, o.tokens);
 
