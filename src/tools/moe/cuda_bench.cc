@@ -428,7 +428,7 @@ std::vector<CudaBenchRow> run_cuda_bench(const MoeConfig& config, const CudaBenc
     if (!options.progress_label.empty()) {
       const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
       fmt::print(
-          stderr, "{}: {} tokens, {} plans timed{} ({:.0f} s so far)\n", options.progress_label,
+          stderr, "{}: {} tokens, {} plans timed{} ({:.1f} s so far)\n", options.progress_label,
           tokens, runnable.size(),
           final_round.empty() ? "" : fmt::format(", {} again in a final round", final_round.size()),
           elapsed.count());
