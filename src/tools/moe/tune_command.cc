@@ -18,6 +18,7 @@
 #ifdef MOE_WITH_CUDA
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 
 #include "ops/cuda_plan_choice.h"
 #include "ops/cuda_plan_table.h"
@@ -40,6 +41,7 @@ struct TuneOptions {
   int repeats = 20;
   uint64_t seed = 0;
   bool json = false;
+  bool merge = false;  // keep the existing table's entries at the sizes not tuned now
 };
 
 #ifdef MOE_WITH_CUDA
@@ -100,11 +102,30 @@ void write_table(const std::filesystem::path& path, const std::string& text) {
   if (!file) fail("--output: cannot write '{}'", path.string());
 }
 
+// The table already at `path` (--merge), read before any timing so that a file that does not
+// parse fails the tune at once; none there is an empty table.
+cuda_plans::PlanTable existing_table(const std::filesystem::path& path) {
+  std::error_code error;
+  const bool there = std::filesystem::exists(path, error);
+  if (error) fail("--merge: cannot look for '{}': {}", path.string(), error.message());
+  if (!there) return {};
+  std::ifstream file(path, std::ios::binary);
+  if (!file) fail("--merge: cannot read '{}'", path.string());
+  const std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  return cuda_plans::parse_table(text, path.string());
+}
+
 void tune_cuda(const TuneOptions& o) {
   const MoeConfig config = resolve_config(o.preset);
   const int64_t E = config.routing.num_experts, k = config.routing.top_k;
   const int64_t H = config.experts.hidden_size, I = config.experts.intermediate_size;
   const CudaCeilings ceilings = measure_cuda_ceilings();
+  const std::filesystem::path path = std::filesystem::path(o.output) /
+                                     cuda_plans::table_file_name(ceilings.device_name, E, H, I, k);
+  cuda_plans::PlanTable table = o.merge ? existing_table(path) : cuda_plans::PlanTable{};
+  const size_t kept = std::count_if(table.begin(), table.end(), [&](const auto& entry) {
+    return std::find(o.tokens.begin(), o.tokens.end(), entry.first) == o.tokens.end();
+  });
   CudaBenchOptions options;
   options.tokens = o.tokens;
   options.repeats = o.repeats;
@@ -115,12 +136,9 @@ void tune_cuda(const TuneOptions& o) {
   const std::vector<CudaBenchRow> rows = run_cuda_bench(config, options, ceilings);
   const std::vector<TunedSize> sizes = pick_best(rows, o.tokens);
 
-  cuda_plans::PlanTable table;
   for (const TunedSize& size : sizes) {
     table[size.best->tokens] = cuda_plans::parse_plan_name(size.best->plan);
   }
-  const std::filesystem::path path = std::filesystem::path(o.output) /
-                                     cuda_plans::table_file_name(ceilings.device_name, E, H, I, k);
   write_table(path, cuda_plans::format_table(table));
 
   std::vector<int64_t> slow_sizes;
@@ -131,6 +149,7 @@ void tune_cuda(const TuneOptions& o) {
     nlohmann::json report = {{"preset", o.preset},
                              {"device", ceilings.device_name},
                              {"file", path.string()},
+                             {"entries_kept", kept},
                              {"default_within_bound", slow_sizes.empty()},
                              {"rows", nlohmann::json::array()}};
     for (const TunedSize& size : sizes) {
@@ -162,7 +181,8 @@ void tune_cuda(const TuneOptions& o) {
                figure_us(*size.built_in), size.slowdown(), size.best->floor_us,
                size.slowdown() > kDefaultSlowdownBound ? "  > bound" : "");
   }
-  fmt::print("\nwrote {} ({} token counts)\n", path.string(), table.size());
+  fmt::print("\nwrote {} ({} token counts{})\n", path.string(), table.size(),
+             o.merge ? fmt::format(", {} of them kept from the table that was there", kept) : "");
   if (slow_sizes.empty()) {
     fmt::print("the built-in default is within {:.0f}% of the tuned plan at every size\n",
                100.0 * (kDefaultSlowdownBound - 1.0));
@@ -222,6 +242,9 @@ void add_tune_command(CLI::App& app) {
   cmd->add_option("--seed", options->seed, "Seed of weights, inputs and routings")
       ->capture_default_str();
   cmd->add_flag("--json", options->json, "Print a JSON report instead of the table");
+  cmd->add_flag("--merge", options->merge,
+                "Keep the entries of the table already in --output at the token counts not tuned "
+                "now (a tune in several runs, or one more size); without it the file is replaced");
   cmd->callback([options] { run(*options); });
 }
 
