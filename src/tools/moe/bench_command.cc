@@ -69,14 +69,19 @@ struct BenchOptions {
   int64_t steps = 4;
 };
 
+// The options of the GPU experts' sweep alone, refused by the CPU sweep and by --ep.
+void refuse_cuda_sweep_options(const BenchOptions& o) {
+  if (o.sweep || o.final_round || o.timeline || !o.plans.empty() || !o.output.empty()) {
+    fail("--sweep, --final-round, --timeline, --plans and --output belong to --device cuda");
+  }
+}
+
 // The --ep mode: one layer end to end over MPI ranks, CPU or GPU, on a routing trace (ep_bench.h).
 // What neither device takes is refused here, before any MPI work; what one device does not take,
 // by that device's bench.
 void bench_ep_command(const BenchOptions& o) {
   if (o.csv) fail("--csv: moe bench --ep prints a table or --json");
-  if (o.sweep || o.final_round || o.timeline || !o.plans.empty() || !o.output.empty()) {
-    fail("--sweep, --final-round, --timeline, --plans and --output belong to --device cuda");
-  }
+  refuse_cuda_sweep_options(o);
   if (o.routing != "uniform") {
     fail("--routing: --ep routes by a trace (--trace, or the synthetic one of --zipf); got {}",
          o.routing);
@@ -234,9 +239,7 @@ void bench(const BenchOptions& o) {
   }
   if (o.ep.enabled) return bench_ep_command(o);
   if (o.device == "cuda") return bench_cuda(o);
-  if (o.sweep || o.final_round || o.timeline || !o.plans.empty() || !o.output.empty()) {
-    fail("--sweep, --final-round, --timeline, --plans and --output belong to --device cuda");
-  }
+  refuse_cuda_sweep_options(o);
   const MoeConfig config =
       o.config_path.empty() ? preset_config(o.preset) : load_hf_config(o.config_path);
   if (o.threads < 0) fail("--threads: expected >= 0 (0 = all cores); got {}", o.threads);
