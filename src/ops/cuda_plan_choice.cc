@@ -63,22 +63,6 @@ void check_file_name(const std::string& name, std::string_view source) {
   }
 }
 
-std::string read_table_file(const std::filesystem::path& path) {
-  std::error_code size_error;
-  const std::uintmax_t size = std::filesystem::file_size(path, size_error);
-  if (size_error) fail("{}: cannot read plan table: {}", path.string(), size_error.message());
-  if (size > kMaxTableBytes) {
-    fail("{}: file is {} bytes; expected a plan table of at most {} bytes", path.string(), size,
-         kMaxTableBytes);
-  }
-  std::ifstream file(path, std::ios::binary);
-  if (!file) fail("{}: cannot open plan table: {}", path.string(), std::strerror(errno));
-  std::ostringstream text;
-  text << file.rdbuf();
-  if (file.bad()) fail("{}: cannot read plan table: {}", path.string(), std::strerror(errno));
-  return text.str();
-}
-
 // The *.json files of `folder`, sorted so that errors come in a stable order.
 std::vector<std::filesystem::path> table_files(const std::string& folder) {
   std::error_code error;
@@ -101,6 +85,22 @@ std::vector<std::filesystem::path> table_files(const std::string& folder) {
 
 }  // namespace
 
+PlanTable read_table_file(const std::filesystem::path& path) {
+  std::error_code size_error;
+  const std::uintmax_t size = std::filesystem::file_size(path, size_error);
+  if (size_error) fail("{}: cannot read plan table: {}", path.string(), size_error.message());
+  if (size > kMaxTableBytes) {
+    fail("{}: file is {} bytes; expected a plan table of at most {} bytes", path.string(), size,
+         kMaxTableBytes);
+  }
+  std::ifstream file(path, std::ios::binary);
+  if (!file) fail("{}: cannot open plan table: {}", path.string(), std::strerror(errno));
+  std::ostringstream text;
+  text << file.rdbuf();
+  if (file.bad()) fail("{}: cannot read plan table: {}", path.string(), std::strerror(errno));
+  return parse_table(text.str(), path.string());
+}
+
 PlanTables load_tables(const std::string& tuning_dir) {
   PlanTables tables;
   for (const EmbeddedTable& embedded : embedded_tables()) {
@@ -113,7 +113,7 @@ PlanTables load_tables(const std::string& tuning_dir) {
   for (const std::filesystem::path& path : table_files(tuning_dir)) {
     const std::string name = path.filename().string();
     check_file_name(name, path.string());
-    tables[name] = parse_table(read_table_file(path), path.string());
+    tables[name] = read_table_file(path);
   }
   return tables;
 }

@@ -7,6 +7,7 @@
 // vLLM keys its configs), H, I and k.
 #pragma once
 
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <string>
@@ -27,6 +28,10 @@ using PlanTables = std::map<std::string, PlanTable>;
 // moe::Error naming the file for a table that does not parse or a *.json whose name is not a
 // table name, and naming the folder when it cannot be listed. Other files there are ignored.
 PlanTables load_tables(const std::string& tuning_dir);
+
+// One table file, parsed: throws moe::Error naming `path` when it cannot be read, is larger than a
+// table can be, or does not parse (parse_table).
+PlanTable read_table_file(const std::filesystem::path& path);
 
 // load_tables for the current value of MOE_CUDA_TUNING_DIR; loaded on first use and again only
 // when the variable's value changes (the folder is not watched).

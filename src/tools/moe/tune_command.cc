@@ -18,7 +18,6 @@
 #ifdef MOE_WITH_CUDA
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 
 #include "ops/cuda_plan_choice.h"
 #include "ops/cuda_plan_table.h"
@@ -108,11 +107,7 @@ cuda_plans::PlanTable existing_table(const std::filesystem::path& path) {
   std::error_code error;
   const bool there = std::filesystem::exists(path, error);
   if (error) fail("--merge: cannot look for '{}': {}", path.string(), error.message());
-  if (!there) return {};
-  std::ifstream file(path, std::ios::binary);
-  if (!file) fail("--merge: cannot read '{}'", path.string());
-  const std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
-  return cuda_plans::parse_table(text, path.string());
+  return there ? cuda_plans::read_table_file(path) : cuda_plans::PlanTable{};
 }
 
 void tune_cuda(const TuneOptions& o) {
