@@ -3,16 +3,13 @@
 // holds it.
 #include "moe/checkpoint.h"
 
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <set>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "core/json_fields.h"
+#include "core/text_file.h"
 #include "moe/error.h"
 
 namespace moe {
@@ -30,19 +27,10 @@ constexpr const char* kIndexFile = "model.safetensors.index.json";
 constexpr std::uintmax_t kMaxJsonBytes = 256u << 20;
 
 Json read_json_object(const fs::path& path) {
-  std::error_code size_error;
-  const std::uintmax_t size = fs::file_size(path, size_error);
-  if (!size_error && size > kMaxJsonBytes) {
-    fail("{}: file is {} bytes; expected a JSON file of at most {} bytes", path.string(), size,
-         kMaxJsonBytes);
-  }
-  std::ifstream file(path, std::ios::binary);
-  if (!file) fail("{}: cannot open: {}", path.string(), std::strerror(errno));
-  std::ostringstream text;
-  text << file.rdbuf();
+  const std::string text = read_small_text_file(path, kMaxJsonBytes, "a JSON file");
   Json root;
   try {
-    root = Json::parse(text.str());
+    root = Json::parse(text);
   } catch (const Json::exception& error) {
     fail("{}: not valid JSON: {}", path.string(), error.what());
   }

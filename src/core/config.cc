@@ -4,17 +4,14 @@
 #include "moe/config.h"
 
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <limits>
-#include <sstream>
 
 #include <fmt/ranges.h>
 
 #include "core/json_fields.h"
+#include "core/text_file.h"
 #include "moe/error.h"
 
 namespace moe {
@@ -336,25 +333,6 @@ bool is_preset(std::string_view name) {
   return std::find(names.begin(), names.end(), name) != names.end();
 }
 
-std::string read_text_file(const std::string& path) {
-  std::error_code folder_error;
-  if (std::filesystem::is_directory(path, folder_error)) {
-    fail("{}: is a folder; expected a config.json file", path);
-  }
-  std::error_code size_error;
-  const std::uintmax_t size = std::filesystem::file_size(path, size_error);
-  if (!size_error && size > kMaxConfigBytes) {
-    fail("{}: file is {} bytes; expected a config.json of at most {} bytes", path, size,
-         kMaxConfigBytes);
-  }
-  std::ifstream file(path, std::ios::binary);
-  if (!file) fail("{}: cannot open config file: {}", path, std::strerror(errno));
-  std::ostringstream text;
-  text << file.rdbuf();
-  if (file.bad()) fail("{}: cannot read config file: {}", path, std::strerror(errno));
-  return text.str();
-}
-
 }  // namespace
 
 MoeConfig parse_hf_config(std::string_view json_text, std::string_view source) {
@@ -408,7 +386,7 @@ MoeConfig parse_hf_config(std::string_view json_text, std::string_view source) {
 }
 
 MoeConfig load_hf_config(const std::string& path) {
-  return parse_hf_config(read_text_file(path), path);
+  return parse_hf_config(read_small_text_file(path, kMaxConfigBytes, "a config.json file"), path);
 }
 
 MoeConfig resolve_config(const std::string& preset_or_path) {

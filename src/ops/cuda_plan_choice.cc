@@ -1,19 +1,16 @@
 #include "ops/cuda_plan_choice.h"
 
 #include <algorithm>
-#include <cerrno>
 #include <charconv>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <mutex>
-#include <sstream>
 #include <stdexcept>
 #include <string_view>
 #include <system_error>
 #include <vector>
 
+#include "core/text_file.h"
 #include "moe/error.h"
 #include "ops/embedded_cuda_plans.h"
 
@@ -86,19 +83,7 @@ std::vector<std::filesystem::path> table_files(const std::string& folder) {
 }  // namespace
 
 PlanTable read_table_file(const std::filesystem::path& path) {
-  std::error_code size_error;
-  const std::uintmax_t size = std::filesystem::file_size(path, size_error);
-  if (size_error) fail("{}: cannot read plan table: {}", path.string(), size_error.message());
-  if (size > kMaxTableBytes) {
-    fail("{}: file is {} bytes; expected a plan table of at most {} bytes", path.string(), size,
-         kMaxTableBytes);
-  }
-  std::ifstream file(path, std::ios::binary);
-  if (!file) fail("{}: cannot open plan table: {}", path.string(), std::strerror(errno));
-  std::ostringstream text;
-  text << file.rdbuf();
-  if (file.bad()) fail("{}: cannot read plan table: {}", path.string(), std::strerror(errno));
-  return parse_table(text.str(), path.string());
+  return parse_table(read_small_text_file(path, kMaxTableBytes, "a plan table"), path.string());
 }
 
 PlanTables load_tables(const std::string& tuning_dir) {
