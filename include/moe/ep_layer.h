@@ -134,7 +134,6 @@ class EpMoeLayer {
 
  private:
   struct State;
-  void check_tokens(const TensorView& hidden, const TensorView& out) const;
   void reset_stats(int64_t num_tokens, DType dtype);
   // Dispatch, experts, combine and sum of the routing in state_'s topk_ids and topk_weights.
   void run_routed(const TensorView& hidden, const TensorView& out);

@@ -10,7 +10,7 @@
 #include "kernels/cpu/routing.h"
 #include "kernels/cpu/threads.h"
 #include "kernels/reference/experts.h"
-#include "layer/layer_weights_check.h"
+#include "layer/layer_checks.h"
 #include "moe/error.h"
 #include "moe/routing.h"
 
@@ -60,21 +60,6 @@ int64_t LayerWeights::nbytes() const {
 }
 
 namespace {
-
-void check_hidden_and_out(const TensorView& hidden, const TensorView& out, int64_t hidden_size) {
-  check_device(hidden, "hidden", Device::kCpu);
-  check_contiguous(hidden, "hidden");
-  check_rank(hidden, "hidden", 2);
-  check_dtype(hidden, "hidden", {DType::kF32, DType::kBF16, DType::kF16});
-  if (hidden.size(1) != hidden_size) {
-    fail("hidden: expected [M, {}] (the layer's hidden size); got {}", hidden_size,
-         shape_string(hidden.shape));
-  }
-  check_device(out, "out", Device::kCpu);
-  check_contiguous(out, "out");
-  check_dtype(out, "out", {hidden.dtype});
-  check_shape(out, "out", hidden.shape);
-}
 
 // [M, k] of `dtype` on the CPU, checked without building a Shape (no allocation per call).
 void check_routing_tensor(const TensorView& t, const char* name, DType dtype, int64_t M,
@@ -192,7 +177,7 @@ void MoeLayer::forward(const TensorView& hidden, const TensorView& out, void* cu
     return;
   }
 #endif
-  check_hidden_and_out(hidden, out, H);
+  check_cpu_layer_tokens(hidden, out, H);
 
   State& s = *state_;
   const int64_t M = hidden.size(0);
@@ -262,7 +247,7 @@ void MoeLayer::forward_experts(const TensorView& hidden, const TensorView& topk_
   if (options_.backend == Backend::kCuda) {
     fail("forward_experts: not implemented on the CUDA backend yet; use forward()");
   }
-  check_hidden_and_out(hidden, out, H);
+  check_cpu_layer_tokens(hidden, out, H);
   const int64_t M = hidden.size(0);
   check_routing_tensor(topk_ids, "topk_ids", DType::kI32, M, k);
   check_routing_tensor(topk_weights, "topk_weights", DType::kF32, M, k);

@@ -16,7 +16,7 @@
 #include "kernels/cpu/moe_sum.h"
 #include "kernels/cpu/routing.h"
 #include "kernels/cpu/threads.h"
-#include "layer/layer_weights_check.h"
+#include "layer/layer_checks.h"
 #include "moe/error.h"
 #include "moe/routing.h"
 #include "parallel/dispatcher.h"
@@ -166,22 +166,6 @@ TensorView EpMoeLayer::last_topk_weights() const {
                     {state_->num_tokens, config_.routing.top_k});
 }
 
-void EpMoeLayer::check_tokens(const TensorView& hidden, const TensorView& out) const {
-  const int64_t H = config_.experts.hidden_size;
-  check_device(hidden, "hidden", Device::kCpu);
-  check_contiguous(hidden, "hidden");
-  check_rank(hidden, "hidden", 2);
-  check_dtype(hidden, "hidden", {DType::kF32, DType::kBF16, DType::kF16});
-  if (hidden.size(1) != H) {
-    fail("hidden: expected [M, {}] (the layer's hidden size); got {}", H,
-         shape_string(hidden.shape));
-  }
-  check_device(out, "out", Device::kCpu);
-  check_contiguous(out, "out");
-  check_dtype(out, "out", {hidden.dtype});
-  check_shape(out, "out", hidden.shape);
-}
-
 void EpMoeLayer::reset_stats(int64_t num_tokens, DType dtype) {
   State& s = *state_;
   const int64_t H = config_.experts.hidden_size, k = config_.routing.top_k;
@@ -204,7 +188,7 @@ void EpMoeLayer::reset_stats(int64_t num_tokens, DType dtype) {
 }
 
 void EpMoeLayer::forward(const TensorView& hidden, const TensorView& out) {
-  check_tokens(hidden, out);
+  check_cpu_layer_tokens(hidden, out, config_.experts.hidden_size);
   State& s = *state_;
   const int64_t M = hidden.size(0);
   reset_stats(M, hidden.dtype);
@@ -228,7 +212,7 @@ void EpMoeLayer::forward(const TensorView& hidden, const TensorView& out) {
 
 void EpMoeLayer::forward_routed(const TensorView& hidden, const TensorView& topk_ids,
                                 const TensorView& topk_weights, const TensorView& out) {
-  check_tokens(hidden, out);
+  check_cpu_layer_tokens(hidden, out, config_.experts.hidden_size);
   const int64_t M = hidden.size(0), k = config_.routing.top_k, E = config_.routing.num_experts;
   const auto check_routing = [&](const TensorView& t, const char* name, DType dtype) {
     check_device(t, name, Device::kCpu);

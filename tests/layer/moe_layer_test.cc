@@ -11,6 +11,7 @@
 
 #include "common/expect_error.h"
 #include "common/random_tensors.h"
+#include "common/small_family_config.h"
 #include "moe/config.h"
 #include "moe/cpu_isa.h"
 #include "moe/error.h"
@@ -22,33 +23,16 @@ using testing::compare;
 using testing::Comparison;
 using testing::expect_error;
 using testing::random_normal;
+using testing::small_family_config;
 
 // A small layer of each routing family, built through the same code as the presets.
 MoeConfig small_config(const std::string& family) {
-  MoeConfig c = preset_config(family == "deepseek" ? "deepseek-v3"
-                              : family == "qwen2"  ? "qwen2-moe-a2.7b"
-                                                   : "qwen3-30b-a3b");
-  c.experts.hidden_size = 40;
-  c.experts.intermediate_size = 24;
-  if (c.experts.shared_intermediate_size > 0) c.experts.shared_intermediate_size = 20;
+  MoeConfig c = small_family_config(family);
   if (family == "deepseek") {
     c.routing.num_experts = 16;  // 8 groups of 2, 4 groups kept, top-8 as in the model
   } else {
     c.routing.num_experts = 12;
     c.routing.top_k = std::min<int64_t>(c.routing.top_k, 4);
-  }
-  if (family == "llama4") {
-    c.routing.scoring = ScoringFunc::kSigmoid;
-    c.routing.top_k = 1;
-    c.routing.renormalize = false;
-    c.routing.apply_weight_on_input = true;
-    c.experts.shared_intermediate_size = 24;
-  }
-  if (family == "gpt-oss") {
-    c.routing.has_router_bias = true;
-    c.routing.renormalize = true;
-    c.experts.activation = Activation::kClampedSwiglu;
-    c.experts.has_bias = true;
   }
   return c;
 }

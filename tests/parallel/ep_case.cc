@@ -1,22 +1,19 @@
 #include "parallel/ep_case.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "common/random_tensors.h"
+#include "common/small_family_config.h"
 #include "parallel/rank_threads.h"
 
 namespace moe::testing {
 
 MoeConfig small_ep_config(const std::string& family, int64_t num_experts) {
-  MoeConfig c = preset_config(family == "deepseek" ? "deepseek-v3"
-                              : family == "qwen2"  ? "qwen2-moe-a2.7b"
-                                                   : "qwen3-30b-a3b");
-  c.experts.hidden_size = 40;
-  c.experts.intermediate_size = 24;
-  if (c.experts.shared_intermediate_size > 0) c.experts.shared_intermediate_size = 20;
+  MoeConfig c = small_family_config(family);
   c.routing.num_experts = num_experts;
   if (family == "deepseek") {
     c.routing.num_groups = 4;  // groups of num_experts / 4, 2 kept
@@ -24,19 +21,6 @@ MoeConfig small_ep_config(const std::string& family, int64_t num_experts) {
     c.routing.top_k = 4;
   } else {
     c.routing.top_k = std::min<int64_t>(c.routing.top_k, 4);
-  }
-  if (family == "llama4") {
-    c.routing.scoring = ScoringFunc::kSigmoid;
-    c.routing.top_k = 1;
-    c.routing.renormalize = false;
-    c.routing.apply_weight_on_input = true;
-    c.experts.shared_intermediate_size = 24;
-  }
-  if (family == "gpt-oss") {
-    c.routing.has_router_bias = true;
-    c.routing.renormalize = true;
-    c.experts.activation = Activation::kClampedSwiglu;
-    c.experts.has_bias = true;
   }
   return c;
 }

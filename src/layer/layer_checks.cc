@@ -1,4 +1,4 @@
-#include "layer/layer_weights_check.h"
+#include "layer/layer_checks.h"
 
 #include "moe/error.h"
 
@@ -59,6 +59,21 @@ ValidatedExperts validate_layer_weights(const MoeConfig& config, const LayerWeig
   ExpertsOptions experts = layer_experts_options(config, w, options);
   experts.expert_map = expert_map;
   return validate_experts(no_hidden, w.w13, w.w2, no_weights, no_ids, no_hidden, experts);
+}
+
+void check_cpu_layer_tokens(const TensorView& hidden, const TensorView& out, int64_t hidden_size) {
+  check_device(hidden, "hidden", Device::kCpu);
+  check_contiguous(hidden, "hidden");
+  check_rank(hidden, "hidden", 2);
+  check_dtype(hidden, "hidden", {DType::kF32, DType::kBF16, DType::kF16});
+  if (hidden.size(1) != hidden_size) {
+    fail("hidden: expected [M, {}] (the layer's hidden size); got {}", hidden_size,
+         shape_string(hidden.shape));
+  }
+  check_device(out, "out", Device::kCpu);
+  check_contiguous(out, "out");
+  check_dtype(out, "out", {hidden.dtype});
+  check_shape(out, "out", hidden.shape);
 }
 
 }  // namespace moe

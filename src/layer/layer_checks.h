@@ -1,5 +1,5 @@
-// The checks MoeLayer runs once on its weights, shared with the expert-parallel layer
-// (src/parallel), whose w13 and w2 hold only the rank's own expert slots.
+// The checks MoeLayer runs on its weights (once) and on each call's tokens, shared with the
+// expert-parallel layer (src/parallel), whose w13 and w2 hold only the rank's own expert slots.
 #pragma once
 
 #include <cstdint>
@@ -21,5 +21,9 @@ ExpertsOptions layer_experts_options(const MoeConfig& config, const LayerWeights
 ValidatedExperts validate_layer_weights(const MoeConfig& config, const LayerWeights& weights,
                                         const LayerOptions& options, int64_t num_local_experts,
                                         const TensorView& expert_map = {});
+
+// A CPU layer's call: hidden [M, hidden_size] of f32, bf16 or f16 in host memory, out of the
+// same dtype and shape, both contiguous.
+void check_cpu_layer_tokens(const TensorView& hidden, const TensorView& out, int64_t hidden_size);
 
 }  // namespace moe
