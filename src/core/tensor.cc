@@ -24,9 +24,21 @@ int64_t product(const Shape& shape) {
   return count;
 }
 
-void check_extents(const Shape& shape) {
+// Every extent >= 0 and the tensor's bytes countable in int64: a count that wrapped around would
+// let a small buffer pass for a huge tensor, and every later bound check with it.
+void check_extents(const Shape& shape, DType dtype) {
+  bool empty = false;
   for (int64_t extent : shape) {
     if (extent < 0) fail("tensor shape: extents must be >= 0; got {}", shape_string(shape));
+    empty = empty || extent == 0;
+  }
+  if (empty) return;
+  int64_t bytes = static_cast<int64_t>(dtype_size(dtype));
+  for (int64_t extent : shape) {
+    if (__builtin_mul_overflow(bytes, extent, &bytes)) {
+      fail("tensor shape: expected at most 2^63 - 1 bytes in all; got {} of {}",
+           shape_string(shape), dtype_name(dtype));
+    }
   }
 }
 
@@ -34,7 +46,7 @@ void check_extents(const Shape& shape) {
 
 TensorView::TensorView(void* data, DType dtype, Shape shape, Device device)
     : data(data), dtype(dtype), shape(std::move(shape)), device(device) {
-  check_extents(this->shape);
+  check_extents(this->shape, this->dtype);
 }
 
 TensorView::TensorView(void* data, DType dtype, Shape shape, Shape strides, Device device)
@@ -43,7 +55,7 @@ TensorView::TensorView(void* data, DType dtype, Shape shape, Shape strides, Devi
       shape(std::move(shape)),
       strides(std::move(strides)),
       device(device) {
-  check_extents(this->shape);
+  check_extents(this->shape, this->dtype);
   if (!this->strides.empty() && this->strides.size() != this->shape.size()) {
     fail("tensor strides: expected {} strides (one per axis); got {}", this->shape.size(),
          this->strides.size());
@@ -79,7 +91,7 @@ bool TensorView::is_contiguous() const {
 void Tensor::Free::operator()(void* p) const { std::free(p); }
 
 Tensor::Tensor(DType dtype, Shape shape) : dtype_(dtype), shape_(std::move(shape)) {
-  check_extents(shape_);
+  check_extents(shape_, dtype_);
   constexpr size_t kAlignment = 64;
   const size_t bytes = nbytes();
   const size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
