@@ -244,6 +244,7 @@ void bench(const BenchOptions& o) {
       o.config_path.empty() ? preset_config(o.preset) : load_hf_config(o.config_path);
   if (o.threads < 0) fail("--threads: expected >= 0 (0 = all cores); got {}", o.threads);
   if (o.copies < 1) fail("--copies: expected >= 1; got {}", o.copies);
+  if (o.repeats < 1) fail("--repeats: expected >= 1; got {}", o.repeats);
   if (o.bandwidth_mb < 1) fail("--bandwidth-mb: expected >= 1; got {}", o.bandwidth_mb);
   for (int64_t tokens : o.tokens) {
     if (tokens < 0) fail("--tokens: expected counts >= 0; got {}", tokens);

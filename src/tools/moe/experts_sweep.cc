@@ -179,13 +179,25 @@ std::vector<InterleavedPoint> measure_interleaved(
   const int64_t H = config.experts.hidden_size, E = config.routing.num_experts;
   const int64_t k = config.routing.top_k;
 
-  std::vector<float> values(static_cast<size_t>(s.tokens * H));
+  // The batch's tensors first (a --tokens too large for memory fails there, named), then the
+  // hidden states a row at a time.
+  Tensor hidden, out;
+  try {
+    hidden = Tensor(s.hidden_dtype, {s.tokens, H});
+    out = Tensor(s.hidden_dtype, {s.tokens, H});
+  } catch (const Error& e) {
+    fail("--tokens {}: the batch's hidden states and output [{}, {}] do not fit: {}", s.tokens,
+         s.tokens, H, e.what());
+  }
+  std::vector<float> row(static_cast<size_t>(H));
+  const size_t row_bytes = static_cast<size_t>(H) * dtype_size(s.hidden_dtype);
   std::mt19937_64 rng(s.seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  for (float& v : values) v = normal(rng);
-  Tensor hidden(s.hidden_dtype, {s.tokens, H});
-  convert_from_f32(values.data(), s.hidden_dtype, hidden.data<void>(), values.size());
-  Tensor out(s.hidden_dtype, {s.tokens, H});
+  for (int64_t t = 0; t < s.tokens; ++t) {
+    for (float& v : row) v = normal(rng);
+    convert_from_f32(row.data(), s.hidden_dtype,
+                     hidden.data<char>() + static_cast<size_t>(t) * row_bytes, row.size());
+  }
 
   struct Call {
     double ms, floor_ms;
