@@ -29,6 +29,8 @@ struct TensorView {
   Device device = Device::kCpu;
 
   TensorView() = default;
+  // Both constructors throw moe::Error for a negative extent, or for a shape whose bytes int64
+  // cannot count.
   TensorView(void* data, DType dtype, Shape shape, Device device = Device::kCpu);
   TensorView(void* data, DType dtype, Shape shape, Shape strides, Device device);
 
@@ -50,6 +52,7 @@ struct TensorView {
 class Tensor {
  public:
   Tensor() = default;
+  // Throws moe::Error as TensorView's constructors do, and when the memory cannot be allocated.
   Tensor(DType dtype, Shape shape);
 
   static Tensor zeros(DType dtype, Shape shape);
