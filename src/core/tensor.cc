@@ -1,5 +1,6 @@
 #include "moe/tensor.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -24,20 +25,20 @@ int64_t product(const Shape& shape) {
   return count;
 }
 
-// Every extent >= 0 and the tensor's bytes countable in int64: a count that wrapped around would
-// let a small buffer pass for a huge tensor, and every later bound check with it.
+// Every extent >= 0, and the product of the extents (zeros counted as ones) times the dtype's size
+// within int64: then no count or stride computed from the shape wraps around, which would let a
+// small buffer pass for a huge tensor, and every later bound check with it.
 void check_extents(const Shape& shape, DType dtype) {
-  bool empty = false;
   for (int64_t extent : shape) {
     if (extent < 0) fail("tensor shape: extents must be >= 0; got {}", shape_string(shape));
-    empty = empty || extent == 0;
   }
-  if (empty) return;
   int64_t bytes = static_cast<int64_t>(dtype_size(dtype));
   for (int64_t extent : shape) {
-    if (__builtin_mul_overflow(bytes, extent, &bytes)) {
-      fail("tensor shape: expected at most 2^63 - 1 bytes in all; got {} of {}",
-           shape_string(shape), dtype_name(dtype));
+    if (__builtin_mul_overflow(bytes, std::max<int64_t>(extent, 1), &bytes)) {
+      fail(
+          "tensor shape: expected extents whose product (zeros counted as ones) times {} bytes "
+          "fits in int64; got {}",
+          dtype_size(dtype), shape_string(shape));
     }
   }
 }
