@@ -29,8 +29,8 @@ struct TensorView {
   Device device = Device::kCpu;
 
   TensorView() = default;
-  // Both constructors throw moe::Error for a negative extent, or for a shape whose bytes int64
-  // cannot count.
+  // Both constructors throw moe::Error for a negative extent, or for extents whose product (zeros
+  // counted as ones) in bytes overflows int64.
   TensorView(void* data, DType dtype, Shape shape, Device device = Device::kCpu);
   TensorView(void* data, DType dtype, Shape shape, Shape strides, Device device);
 

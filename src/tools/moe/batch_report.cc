@@ -18,18 +18,18 @@ double run_error_bound(DType dtype, CpuIsa isa) {
   return (dtype == DType::kF32 ? 1e-5 : 1e-2) + (bf16_inputs ? 1e-2 : 0.0);
 }
 
+Tensor batch_tensor(int64_t tokens, int64_t hidden_size, DType dtype, const char* what) {
+  try {
+    return Tensor(dtype, {tokens, hidden_size});
+  } catch (const Error& e) {
+    fail("--tokens {}: no room for the batch's {} [{}, {}]: {}", tokens, what, tokens, hidden_size,
+         e.what());
+  }
+}
+
 Tensor synthetic_hidden(int64_t tokens, int64_t hidden_size, DType dtype, uint64_t seed) {
-  // Allocated first, so that a mistyped --tokens meets a moe::Error naming it rather than a
-  // float copy of the whole batch failing in std::vector; filled a row at a time through a
-  // one-row float buffer, in the order the generator always ran.
-  Tensor hidden = [&] {
-    try {
-      return Tensor(dtype, {tokens, hidden_size});
-    } catch (const Error& e) {
-      fail("--tokens {}: the batch's hidden states [{}, {}] do not fit: {}", tokens, tokens,
-           hidden_size, e.what());
-    }
-  }();
+  // Filled a row at a time through a one-row float buffer, in the order the generator always ran.
+  Tensor hidden = batch_tensor(tokens, hidden_size, dtype, "hidden states");
   std::vector<float> row(static_cast<size_t>(hidden_size));
   const size_t row_bytes = static_cast<size_t>(hidden_size) * dtype_size(dtype);
   uint64_t state = seed * 0x9e3779b97f4a7c15ull + 0x632be59bd9b4e019ull;

@@ -46,6 +46,10 @@ struct BatchSettings {
 // (tests/experts/fused_experts_test.cc derives it).
 double run_error_bound(DType dtype, CpuIsa isa);
 
+// A [tokens, hidden_size] tensor of a batch (`what`: "hidden states", "output"), or a moe::Error
+// naming --tokens when it does not fit in memory, rather than std::bad_alloc further on.
+Tensor batch_tensor(int64_t tokens, int64_t hidden_size, DType dtype, const char* what);
+
 // Hidden states like a post-norm residual stream: unit variance, deterministic in the seed.
 Tensor synthetic_hidden(int64_t tokens, int64_t hidden_size, DType dtype, uint64_t seed);
 

@@ -11,6 +11,7 @@
 
 #include "kernels/cpu/tile_kernel.h"
 #include "moe/error.h"
+#include "tools/moe/batch_report.h"
 
 namespace moe::cli {
 
@@ -179,16 +180,8 @@ std::vector<InterleavedPoint> measure_interleaved(
   const int64_t H = config.experts.hidden_size, E = config.routing.num_experts;
   const int64_t k = config.routing.top_k;
 
-  // The batch's tensors first (a --tokens too large for memory fails there, named), then the
-  // hidden states a row at a time.
-  Tensor hidden, out;
-  try {
-    hidden = Tensor(s.hidden_dtype, {s.tokens, H});
-    out = Tensor(s.hidden_dtype, {s.tokens, H});
-  } catch (const Error& e) {
-    fail("--tokens {}: the batch's hidden states and output [{}, {}] do not fit: {}", s.tokens,
-         s.tokens, H, e.what());
-  }
+  Tensor hidden = batch_tensor(s.tokens, H, s.hidden_dtype, "hidden states");
+  Tensor out = batch_tensor(s.tokens, H, s.hidden_dtype, "output");
   std::vector<float> row(static_cast<size_t>(H));
   const size_t row_bytes = static_cast<size_t>(H) * dtype_size(s.hidden_dtype);
   std::mt19937_64 rng(s.seed);
