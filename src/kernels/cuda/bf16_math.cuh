@@ -26,7 +26,8 @@ __device__ __forceinline__ uint4 load_bf16x8(const __nv_bfloat16* row, int64_t k
   if constexpr (kAligned) {
     if (k >= size) return make_uint4(0, 0, 0, 0);
     const auto* address = reinterpret_cast<const uint4*>(row + k);
-    // Weights are read once per call: stream them past L1 and evict them first from L2.
+    // Weights, and cache3 in the sum, are read once per call: stream them past L1 and evict them
+    // first from L2.
     return kStreaming ? __ldcs(address) : __ldg(address);
   } else {
     alignas(16) __nv_bfloat16 values[8];

@@ -44,7 +44,7 @@ __global__ void __launch_bounds__(kThreads) sum_kernel(SumArgs a) {
     for (int j = 0; j < kGroup; ++j) {
       const int64_t pair = token * a.top_k + j0 + j;
       // A skipped pair's row is never read: its size reads as 0, so the load yields zeros.
-      rows[j] = load_bf16x8<kAligned, false>(cache3 + pair * H, h, computed[j] ? H : 0);
+      rows[j] = load_bf16x8<kAligned, true>(cache3 + pair * H, h, computed[j] ? H : 0);
     }
 #pragma unroll
     for (int j = 0; j < kGroup; ++j) {
@@ -56,9 +56,18 @@ __global__ void __launch_bounds__(kThreads) sum_kernel(SumArgs a) {
     }
   }
   auto* out = static_cast<__nv_bfloat16*>(a.out) + token * H;
+  if constexpr (kAligned) {
+    // One 16-byte store, where eight 2-byte stores would each span the warp's whole 512 bytes.
+    uint4 packed;
+    auto* pairs = reinterpret_cast<__nv_bfloat162*>(&packed);
 #pragma unroll
-  for (int e = 0; e < 8; ++e) {
-    if (h + e < H) out[h + e] = __float2bfloat16(sum[e]);
+    for (int i = 0; i < 4; ++i) pairs[i] = __floats2bfloat162_rn(sum[2 * i], sum[2 * i + 1]);
+    *reinterpret_cast<uint4*>(out + h) = packed;
+  } else {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      if (h + e < H) out[h + e] = __float2bfloat16(sum[e]);
+    }
   }
 }
 
@@ -69,7 +78,7 @@ void moe_sum(const SumArgs& args, cudaStream_t stream) {
   const int64_t per_block = kThreads * 8;
   const dim3 grid(static_cast<unsigned>((args.hidden_size + per_block - 1) / per_block),
                   static_cast<unsigned>(args.num_tokens));
-  const bool aligned = args.hidden_size % 8 == 0 && aligned16(args.cache3);
+  const bool aligned = args.hidden_size % 8 == 0 && aligned16(args.cache3) && aligned16(args.out);
   if (aligned) {
     sum_kernel<true><<<grid, kThreads, 0, stream>>>(args);
   } else {
