@@ -28,24 +28,17 @@ Tensor batch_tensor(int64_t tokens, int64_t hidden_size, DType dtype, const char
 }
 
 Tensor synthetic_hidden(int64_t tokens, int64_t hidden_size, DType dtype, uint64_t seed) {
-  // Filled a row at a time through a one-row float buffer, in the order the generator always ran.
   Tensor hidden = batch_tensor(tokens, hidden_size, dtype, "hidden states");
-  std::vector<float> row(static_cast<size_t>(hidden_size));
-  const size_t row_bytes = static_cast<size_t>(hidden_size) * dtype_size(dtype);
   uint64_t state = seed * 0x9e3779b97f4a7c15ull + 0x632be59bd9b4e019ull;
-  for (int64_t t = 0; t < tokens; ++t) {
-    for (float& v : row) {
-      // Sum of four uniforms: close enough to a Gaussian for activations, cheap, portable.
-      float sum = 0;
-      for (int i = 0; i < 4; ++i) {
-        state = state * 6364136223846793005ull + 1442695040888963407ull;
-        sum += static_cast<float>(state >> 40) * 0x1.0p-24f - 0.5f;
-      }
-      v = sum * std::sqrt(3.0f);
+  fill_batch_rows(hidden, [&state] {
+    // Sum of four uniforms: close enough to a Gaussian for activations, cheap, portable.
+    float sum = 0;
+    for (int i = 0; i < 4; ++i) {
+      state = state * 6364136223846793005ull + 1442695040888963407ull;
+      sum += static_cast<float>(state >> 40) * 0x1.0p-24f - 0.5f;
     }
-    convert_from_f32(row.data(), dtype, hidden.data<char>() + static_cast<size_t>(t) * row_bytes,
-                     row.size());
-  }
+    return sum * std::sqrt(3.0f);
+  });
   return hidden;
 }
 

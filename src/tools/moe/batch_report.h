@@ -2,9 +2,12 @@
 // the reference backend: the measurements behind `moe run`.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "moe/cpu_isa.h"
+#include "moe/dtype.h"
 #include "moe/experts.h"
 #include "moe/layer.h"
 
@@ -49,6 +52,20 @@ double run_error_bound(DType dtype, CpuIsa isa);
 // A [tokens, hidden_size] tensor of a batch (`what`: "hidden states", "output"), or a moe::Error
 // naming --tokens when it does not fit in memory, rather than std::bad_alloc further on.
 Tensor batch_tensor(int64_t tokens, int64_t hidden_size, DType dtype, const char* what);
+
+// Fills a [tokens, H] batch with next() in row-major order, each row converted to the batch's
+// dtype through a one-row float buffer, so no float copy of the whole batch is ever made.
+template <typename Next>
+void fill_batch_rows(const Tensor& batch, Next&& next) {
+  const int64_t H = batch.size(1);
+  std::vector<float> row(static_cast<size_t>(H));
+  const size_t row_bytes = static_cast<size_t>(H) * dtype_size(batch.dtype());
+  for (int64_t t = 0; t < batch.size(0); ++t) {
+    for (float& v : row) v = next();
+    convert_from_f32(row.data(), batch.dtype(),
+                     batch.data<char>() + static_cast<size_t>(t) * row_bytes, row.size());
+  }
+}
 
 // Hidden states like a post-norm residual stream: unit variance, deterministic in the seed.
 Tensor synthetic_hidden(int64_t tokens, int64_t hidden_size, DType dtype, uint64_t seed);

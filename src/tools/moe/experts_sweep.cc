@@ -182,15 +182,9 @@ std::vector<InterleavedPoint> measure_interleaved(
 
   Tensor hidden = batch_tensor(s.tokens, H, s.hidden_dtype, "hidden states");
   Tensor out = batch_tensor(s.tokens, H, s.hidden_dtype, "output");
-  std::vector<float> row(static_cast<size_t>(H));
-  const size_t row_bytes = static_cast<size_t>(H) * dtype_size(s.hidden_dtype);
   std::mt19937_64 rng(s.seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  for (int64_t t = 0; t < s.tokens; ++t) {
-    for (float& v : row) v = normal(rng);
-    convert_from_f32(row.data(), s.hidden_dtype,
-                     hidden.data<char>() + static_cast<size_t>(t) * row_bytes, row.size());
-  }
+  fill_batch_rows(hidden, [&] { return normal(rng); });
 
   struct Call {
     double ms, floor_ms;
