@@ -263,6 +263,58 @@ TEST_F(CudaFusedExperts, ShortBlocksMatchTheReference) {
   }
 }
 
+// Routes every pair anew so that expert e takes exactly counts[e] pairs (their sum 2M, none over
+// M): token t keeps the experts at positions t and t + M of the list of pairs by expert, which
+// differ. The router weights stay as make_inputs drew them.
+void route_exactly(testing::ExpertsInputs& in, const std::vector<int32_t>& counts) {
+  std::vector<int32_t> pair_experts;
+  for (size_t e = 0; e < counts.size(); ++e) {
+    pair_experts.insert(pair_experts.end(), counts[e], static_cast<int32_t>(e));
+  }
+  const int64_t M = in.topk_ids.size(0);
+  ASSERT_EQ(in.topk_ids.size(1), 2);
+  ASSERT_EQ(static_cast<int64_t>(pair_experts.size()), 2 * M);
+  for (int64_t t = 0; t < M; ++t) {
+    in.topk_ids.data<int32_t>()[2 * t] = pair_experts[t];
+    in.topk_ids.data<int32_t>()[2 * t + 1] = pair_experts[t + M];
+  }
+}
+
+// The 128-row plans' experts whose last block holds few rows behind full ones (tails, which
+// tma_dynamic/128 merges into the tile before them; the other plans as a check): 1, 32 and
+// 33 rows past one or two full blocks, beside experts of exactly one or two blocks, of one pair, of
+// none; with output columns and K one 8-wide step past a tile (H 264, I 136), with gemm1's rows
+// copied into block order (I 2048), and with few pairs per expert, where gemm2 waits for each of
+// gemm1's blocks.
+TEST_F(CudaFusedExperts, TailBlocksMatchTheReference) {
+  if (!cuda::wgmma_available()) GTEST_SKIP() << "the tma kernels need an sm_90 GPU";
+  const std::vector<int32_t> many = {129, 160, 161, 257, 288, 289, 128, 1, 32, 33, 0, 401, 150, 41};
+  const std::vector<int32_t> few = {129, 160, 1, 0, 2, 33, 150, 40, 100, 129, 32, 30};
+  struct Shape {
+    int64_t H, I;
+    const std::vector<int32_t>& counts;
+    uint64_t seed;
+  };
+  for (const Shape& shape :
+       {Shape{264, 136, many, 370}, Shape{72, 2048, many, 371}, Shape{264, 136, few, 372}}) {
+    int64_t pairs = 0;
+    for (int32_t count : shape.counts) pairs += count;
+    const ExpertsCase c = bf16_case(pairs / 2, shape.H, shape.I,
+                                    static_cast<int64_t>(shape.counts.size()), 2, shape.seed);
+    SCOPED_TRACE(c.describe());
+    ExpertsInputs in = testing::make_inputs(c);
+    route_exactly(in, shape.counts);
+    const Tensor want = testing::run_reference_f32(in);
+    for (const cuda::GemmKernel kernel :
+         {cuda::GemmKernel::kTma, cuda::GemmKernel::kTmaEager, cuda::GemmKernel::kTmaPair,
+          cuda::GemmKernel::kTmaDynamic}) {
+      const cuda::ExpertsPlan plan{kernel, 128, false};
+      expect_close(Tensor::copy_of(run_plan(in, plan), DType::kF32), want,
+                   cuda_plans::plan_name(plan));
+    }
+  }
+}
+
 // tma_dynamic takes its tiles from a counter that each launch leaves zero for the next (no memset
 // runs before it): one runner on routing A, B, then A again, with more tiles than a GPU has
 // multiprocessors and a batch of two chunks, matches the reference each time and gives A's bits

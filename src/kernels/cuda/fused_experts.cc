@@ -43,6 +43,16 @@ bool rows_in_block_order(const ExpertsPlan& plan) {
   return plan.block_m == 128 && is_tma_kernel(plan.kernel);
 }
 
+// Whether both GEMMs merge an expert's tail (its last block, of at most kTmaTailRows rows, behind a
+// full one) into the tile of the block before it (GroupedGemmArgs::merge_tails): tma_dynamic/128,
+// the only kernel built to. On an H100 that plan ran 5-6% faster with it at DeepSeek-V3's 4096 and
+// 16384 tokens and 6-9% at Qwen3-30B-A3B's 2048 to 8192, level where few experts have a tail;
+// tma_eager/128 ran 8-22% slower with it from 4096 tokens on (docs/cuda.md, "Tails merged into the
+// tile before them").
+bool merges_tails(const ExpertsPlan& plan) {
+  return plan.block_m == 128 && plan.kernel == GemmKernel::kTmaDynamic;
+}
+
 // Whether gemm1's input rows are first copied into block order (gather_block_rows.h), so that its
 // producer loads each stage's rows as one TMA box as gemm2 does: tma_dynamic/128 with I of at least
 // kGatherMinIntermediate. The copy costs a pass over the pairs' rows (about 1 ms at DeepSeek-V3's
@@ -356,6 +366,7 @@ void ExpertsRunner::run(const ExpertsProblem& problem, const ExpertsPlan& plan, 
     gemm.max_multiprocessors = plan.max_multiprocessors;
     gemm.tile_counter = static_cast<int32_t*>(tile_counter_.data());
     gemm.num_local_experts = local_experts;
+    gemm.merge_tails = merges_tails(plan);
     if (plan.tiny_batch) {
       gemm.tiny_topk_ids = topk_ids;
       gemm.expert_map = problem.expert_map;

@@ -78,6 +78,12 @@ struct GroupedGemmArgs {
   // max_blocks counts its finished thread blocks).
   int32_t* block_done = nullptr;
   int32_t block_done_target = 0;
+  // tma_dynamic with block_m 128 (the other kernels ignore it): an expert's last block of at most
+  // kTmaTailRows rows (a tail) is no tile of its own; the tile of the block before it (same
+  // expert, so full) also multiplies the tail's rows, as the B operand of m64n32 wgmmas with the
+  // stage's weight rows as A, so the tail's weights are not streamed a second time. Both GEMMs of
+  // a layer must agree on it (gemm2 waiting per block counts on gemm1's merged tiles).
+  bool merge_tails = false;
   // tma kernels only, for measurements: thread block b writes words [kTimelineWords * b, + 3):
   // %globaltimer (ns) at its start and at the end of its walk (after its last tile's stores were
   // issued), and its multiprocessor's id. Room for kMaxTimelineBlocks thread blocks; null = none.
@@ -92,6 +98,8 @@ inline constexpr int kMaxTimelineBlocks = 1024;
 inline constexpr int kTmaConsumerWarps = 8;
 // Output columns per tile of a tma kernel's gemm1 (gated: half of its 256 weight rows).
 inline constexpr int64_t kTmaGatedColumnsPerTile = 128;
+// Rows of a tail GroupedGemmArgs::merge_tails merges into the block before it.
+inline constexpr int kTmaTailRows = 32;
 
 // Which kernel runs a grouped GEMM.
 enum class GemmKernel : uint8_t {

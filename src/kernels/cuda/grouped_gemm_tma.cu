@@ -55,6 +55,7 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "kernels/cuda/accumulator_chunks.cuh"
 #include "kernels/cuda/bf16_math.cuh"
@@ -76,7 +77,8 @@ static_assert(kTileN / 2 == kTmaGatedColumnsPerTile, "gemm1's output columns per
 constexpr int kBoxRows = 64;  // weight rows per TMA box: 8 KiB, four per stage
 constexpr int kProducerThreads = 128;
 
-template <int kBlockM>
+// kMerges: the kernel takes GroupedGemmArgs::merge_tails (tma_dynamic/128).
+template <int kBlockM, bool kMerges = false>
 struct TmaTile {
   static constexpr int kWarpGroupRows = 64;
   // block_m 16: a short block for decode sizes, where an expert sees a few pairs. Its wgmma
@@ -100,14 +102,21 @@ struct TmaTile {
   static constexpr int kStages = kBlockM == 128 ? 4 : (kBlockM == 64 ? 5 : 6);
   static constexpr int kABytes = kBlockM * kRowBytes;
   static constexpr int kBBytes = kTileN * kRowBytes;
-  static constexpr int kStageBytes = kABytes + kBBytes;  // a multiple of 1024: tiles stay aligned
+  // The rows of a merged tail, behind the weights.
+  static constexpr bool kMergesTails = kMerges;
+  static_assert(!kMergesTails || kBlockM == 128, "tails merge into 128-row blocks");
+  static constexpr int kTailBytes = kMergesTails ? kTmaTailRows * kRowBytes : 0;
+  static constexpr int kTailRowsPerProducer = kTmaTailRows * 8 / kProducerThreads;
+  // A multiple of 1024: tiles stay aligned.
+  static constexpr int kStageBytes = kABytes + kBBytes + kTailBytes;
   static_assert(kStageBytes >= kWarpGroupRows * kRowBytes, "a wgmma's A stays in its stage");
   static constexpr size_t kSharedBytes = size_t{kStages} * kStageBytes + 1024;  // + alignment
   static constexpr int kRowsPerProducer = kBlockM * 8 / kProducerThreads;  // 16-byte copies each
   static_assert(kStageBytes % 1024 == 0, "the 128-byte swizzle repeats every 1024 bytes");
   // Referenced here too, since the sm_80 pass compiles the kernel without its body.
   static_assert(kWarpGroupN * kSplitN == kTileN &&
-                    kRowsPerProducer * kProducerThreads == kBlockM * 8,
+                    kRowsPerProducer * kProducerThreads == kBlockM * 8 &&
+                    kTailRowsPerProducer * kProducerThreads == kTmaTailRows * 8,
                 "whole weight and input rows per thread");
   // setmaxnreg moves registers within what the launch gave the thread block: a consumer's
   // increase waits until the producers' decrease has freed enough, forever if it never does (a
@@ -258,6 +267,7 @@ struct TileWork {
   int32_t expert;
   bool rows;
   int64_t first_column;
+  bool tail = false;  // merge_tails: block + 1 is a tail this tile multiplies too
 };
 
 enum class TileKind { kWork, kSkip, kEnd };
@@ -295,6 +305,25 @@ struct TileWalk {
     if (block >= a.max_blocks || block * kBlockM >= num_padded) return -1;
     const int32_t expert = a.expert_ids[block];
     return expert >= 0 && expert < a.num_local_experts ? expert : -1;
+  }
+
+  // merge_tails: whether `block` is a tail, its expert's last block after a full one, with at most
+  // kTmaTailRows rows (a block holds its pairs first, then padding).
+  __device__ bool is_tail(int64_t block) const {
+    if (kBlockM != 128 || !a.merge_tails || block < 1 || block >= num_blocks) return false;
+    const int32_t expert = a.expert_ids[block];
+    if (expert < 0 || expert >= a.num_local_experts || a.expert_ids[block - 1] != expert) {
+      return false;
+    }
+    const int32_t pair = a.sorted_pair_ids[block * kBlockM + kTmaTailRows];
+    return pair < 0 || pair >= a.num_pairs;
+  }
+
+  // A tail is no tile of its own; the block before it takes its rows.
+  __device__ TileKind with_tail(TileWork& work) const {
+    if (is_tail(work.block)) return TileKind::kSkip;
+    work.tail = is_tail(work.block + 1);
+    return TileKind::kWork;
   }
 
   // kEnd: `tile` and every later one lie past num_pairs_post_padded. kSkip: no block of its group
@@ -346,7 +375,7 @@ struct TileWalk {
     const int32_t expert = id >= 0 && id < a.num_local_experts ? id : -1;
     if (expert < 0) return TileKind::kSkip;
     work = TileWork{block, expert, true, within / (end - begin) * columns_per_tile};
-    return TileKind::kWork;
+    return with_tail(work);
   }
 };
 
@@ -382,7 +411,10 @@ __global__ void __launch_bounds__(TmaTile<kBlockM>::kThreads, 1)
     tma_kernel(const __grid_constant__ CUtensorMap weight_map,
                const __grid_constant__ CUtensorMap input_map, GroupedGemmArgs a) {
 #ifdef MOE_HAS_WGMMA
-  using Tile = TmaTile<kBlockM>;
+  using Tile = TmaTile<kBlockM, kBlockM == 128 && kDynamic>;
+  // Whether `work`'s tile also takes the tail after it; a constant false where the kernel merges
+  // none, so that the tail's code is compiled out there.
+  const auto takes_tail = [](const TileWork& work) { return Tile::kMergesTails && work.tail; };
   static_assert(!kEager || kCluster == 1, "clusters release stages as tma does");
   static_assert(!kDynamic || kCluster == 1,
                 "the thread blocks of a cluster would each take a tile");
@@ -470,6 +502,20 @@ __global__ void __launch_bounds__(TmaTile<kBlockM>::kThreads, 1)
         source_row[i] =
             pair >= 0 && pair < a.num_pairs ? static_cast<int32_t>(pair / a.row_divisor) : -1;
       }
+      // A merged tail's rows: tail row t / 8 + 16 i comes from input row tail_source_row[i] (its
+      // row in block order, or by pair id), -1 for none.
+      int32_t tail_source_row[Tile::kTailRowsPerProducer];
+#pragma unroll
+      for (int i = 0; i < Tile::kTailRowsPerProducer; ++i) {
+        tail_source_row[i] = -1;
+        if (!takes_tail(work)) continue;
+        const int64_t row = (work.block + 1) * kBlockM + t / 8 + 16 * i;
+        const int64_t pair = a.sorted_pair_ids[row];
+        if (pair >= 0 && pair < a.num_pairs) {
+          tail_source_row[i] =
+              static_cast<int32_t>(a.input_in_block_order ? row : pair / a.row_divisor);
+        }
+      }
       // Thread 0: the stage's expected bytes and its weight boxes; with a tile's first stage, the
       // tile for the consumers (tma_dynamic).
       auto request_weights = [&](int stage, int kt) {
@@ -500,25 +546,36 @@ __global__ void __launch_bounds__(TmaTile<kBlockM>::kThreads, 1)
       };
       // Every producer thread: the stage's input rows (one TMA box from thread 0, or the
       // gather) and its arrival.
+      // This thread's 16-byte chunks of step k0 of the rows from `sources` (tile row t / 8 + 16 i
+      // from input row sources[i], zeros for -1) into the swizzled tile at `tile`.
+      auto gather_rows = [&](uint32_t tile, const auto& sources, int k0) {
+        constexpr int kRows = sizeof(sources) / sizeof(sources[0]);
+        const int64_t k = k0 + chunk * 8;
+#pragma unroll
+        for (int i = 0; i < kRows; ++i) {
+          const bool valid = sources[i] >= 0 && k < K;
+          copy16_async(tile + swizzled_chunk_offset(t / 8 + 16 * i, chunk),
+                       valid ? input + sources[i] * K + k : input, valid);
+        }
+      };
       auto load_rows = [&](int stage, int kt) {
         const uint32_t a_stage = base + stage * Tile::kStageBytes;
         const int k0 = kt * kTileK;
+        if (takes_tail(work))
+          gather_rows(a_stage + Tile::kABytes + Tile::kBBytes, tail_source_row, k0);
         if (a.input_in_block_order) {
           if (t == 0) {
             load_input_box(a_stage, &input_map, k0, static_cast<int>(work.block * kBlockM),
                            full_barrier(stage));
           }
-          barrier_arrive(full_barrier(stage));
+          if (takes_tail(work)) {
+            barrier_arrive_after_copies(full_barrier(stage));
+          } else {
+            barrier_arrive(full_barrier(stage));
+          }
           return;
         }
-#pragma unroll
-        for (int i = 0; i < Tile::kRowsPerProducer; ++i) {
-          const int r = t / 8 + 16 * i;
-          const int64_t k = k0 + chunk * 8;
-          const bool valid = source_row[i] >= 0 && k < K;
-          copy16_async(a_stage + swizzled_chunk_offset(r, chunk),
-                       valid ? input + source_row[i] * K + k : input, valid);
-        }
+        gather_rows(a_stage, source_row, k0);
         barrier_arrive_after_copies(full_barrier(stage));
       };
       int kt = 0;
@@ -529,7 +586,9 @@ __global__ void __launch_bounds__(TmaTile<kBlockM>::kThreads, 1)
       if (a.block_done_target > 0) {
         producer_sync();  // every producer thread has read the previous tile's flag
         if (t == 0) {
-          block_rows_ready = load_acquire(a.block_done + work.block) >= a.block_done_target;
+          block_rows_ready = load_acquire(a.block_done + work.block) >= a.block_done_target &&
+                             (!takes_tail(work) ||
+                              load_acquire(a.block_done + work.block + 1) >= a.block_done_target);
           if (block_rows_ready && a.input_in_block_order) fence_proxy_async_global();
         }
         producer_sync();
@@ -547,7 +606,9 @@ __global__ void __launch_bounds__(TmaTile<kBlockM>::kThreads, 1)
         }
         if (wait_block) {
           if (t == 0) {
-            while (load_acquire(a.block_done + work.block) < a.block_done_target) __nanosleep(64);
+            for (int64_t b = work.block; b <= work.block + (takes_tail(work) ? 1 : 0); ++b) {
+              while (load_acquire(a.block_done + b) < a.block_done_target) __nanosleep(64);
+            }
             if (a.input_in_block_order) fence_proxy_async_global();
           }
           producer_sync();
@@ -644,6 +705,7 @@ __global__ void __launch_bounds__(TmaTile<kBlockM>::kThreads, 1)
   // for all of gemm1 on the H200 (docs/cuda.md, "gemm2 waiting per block").
   const bool counts_blocks = a.block_done != nullptr && a.block_done_target == 0;
   int64_t uncounted_block = -1;  // the block of this warp's last tile, not counted yet
+  bool uncounted_tail = false;   // and whether that tile took the tail after it
   auto count_stored_block = [&] {
     if (uncounted_block < 0) return;
     // Rows in block order reach gemm2 by TMA: each lane orders its stores before the async
@@ -655,8 +717,49 @@ __global__ void __launch_bounds__(TmaTile<kBlockM>::kThreads, 1)
       // whoever reads the new count with an acquire.
       asm volatile("red.release.gpu.global.add.s32 [%0], 1;" ::"l"(a.block_done + uncounted_block)
                    : "memory");
+      if (Tile::kMergesTails && uncounted_tail) {
+        asm volatile(
+            "red.release.gpu.global.add.s32 [%0], 1;" ::"l"(a.block_done + uncounted_block + 1)
+            : "memory");
+      }
     }
     uncounted_block = -1;
+  };
+
+  // A merged tail's outputs. Accumulator i of tail_acc[h]: weight row 16 * warp + lane / 4 (+ 8 for
+  // i % 4 >= 2) of A operand h, tail row 8 * (i / 4) + 2 * (lane % 4) + i % 2. Two-byte stores:
+  // a tail holds at most a quarter of a block's rows.
+  auto store_tail = [&](const TileWork& work, const float(&tail_acc)[2][16]) {
+    const int64_t tail_block = work.block + 1;
+#pragma unroll
+    for (int g = 0; g < 4; ++g) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int row = 8 * g + 2 * (lane % 4) + e;
+        const int32_t p = a.sorted_pair_ids[tail_block * kBlockM + row];
+        if (p < 0 || p >= a.num_pairs) continue;
+        const float scale = (!kGated && a.topk_weights != nullptr) ? a.topk_weights[p] : 1.0f;
+        const int64_t out_index = a.out_in_block_order ? tail_block * kBlockM + row : p;
+        __nv_bfloat16* out_row = out + out_index * columns;
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int i = g * 4 + half * 2 + e;
+          const int weight_row = warp * 16 + lane / 4 + half * 8;
+          if constexpr (kGated) {
+            const int64_t column = work.first_column + warp_group * 64 + weight_row;
+            if (column < columns) {
+              out_row[column] = __float2bfloat16(silu(tail_acc[0][i]) * tail_acc[1][i]);
+            }
+          } else {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              const int64_t column = work.first_column + warp_group * 128 + h * 64 + weight_row;
+              if (column < columns) out_row[column] = __float2bfloat16(tail_acc[h][i] * scale);
+            }
+          }
+        }
+      }
+    }
   };
 
   auto consume = [&](const TileWork& work) {
@@ -684,6 +787,7 @@ __global__ void __launch_bounds__(TmaTile<kBlockM>::kThreads, 1)
       if (counts_blocks && work.rows) {
         count_stored_block();
         uncounted_block = work.block;
+        uncounted_tail = work.tail;
       }
       return;
     }
@@ -699,41 +803,70 @@ __global__ void __launch_bounds__(TmaTile<kBlockM>::kThreads, 1)
           (!kGated && a.topk_weights != nullptr && pair[half] >= 0) ? a.topk_weights[p] : 1.0f;
     }
 
-    int previous_stage = 0;
-    for (int kt = 0; kt < k_tiles; ++kt, ring.advance()) {
-      barrier_wait(full_barrier(ring.stage), ring.phase);
-      // The A rows came through cp.async (generic proxy); wgmma reads through the async proxy.
-      fence_proxy_async_shared();
-      const uint32_t a_tile = base + ring.stage * Tile::kStageBytes + a_offset;
-      const uint32_t b_tile = base + ring.stage * Tile::kStageBytes + Tile::kABytes + b_offset;
-      wgmma_fence();
+    // A merged tail: this warpgroup's share of the stage's weight rows (gemm1: 64 gate rows and
+    // their 64 up rows; gemm2: 128 rows) as two m64 A operands, the tail's rows as B.
+    float tail_acc[2][16];
+    const uint32_t tail_weight_row[2] = {
+        static_cast<uint32_t>(kGated ? warp_group * 64 : warp_group * 128),
+        static_cast<uint32_t>(kGated ? 128 + warp_group * 64 : warp_group * 128 + 64)};
+    // One mainloop with the tail's MMAs and one without, chosen before it: a branch inside makes
+    // ptxas serialize the wgmma instructions.
+    auto mainloop = [&](auto with_tail) {
+      constexpr bool kTail = decltype(with_tail)::value && Tile::kMergesTails;
+      [[maybe_unused]] int previous_stage = 0;
+      for (int kt = 0; kt < k_tiles; ++kt, ring.advance()) {
+        barrier_wait(full_barrier(ring.stage), ring.phase);
+        // The A rows came through cp.async (generic proxy); wgmma reads through the async proxy.
+        fence_proxy_async_shared();
+        const uint32_t stage_base = base + ring.stage * Tile::kStageBytes;
+        const uint32_t a_tile = stage_base + a_offset;
+        const uint32_t b_tile = stage_base + Tile::kABytes + b_offset;
+        wgmma_fence();
 #pragma unroll
-      for (int kk = 0; kk < kTileK / 16; ++kk) {
-        // Within the swizzled 128-byte row, step k16 is 32 bytes further. The first step of a
-        // tile overwrites the accumulators.
-        const bool accumulate = kt > 0 || kk > 0;
-        if constexpr (Tile::kWarpGroupN == 256) {
-          wgmma_m64n256k16(acc, wgmma_descriptor(a_tile + kk * 32),
-                           wgmma_descriptor(b_tile + kk * 32), accumulate);
+        for (int kk = 0; kk < kTileK / 16; ++kk) {
+          // Within the swizzled 128-byte row, step k16 is 32 bytes further. The first step of a
+          // tile overwrites the accumulators.
+          const bool accumulate = kt > 0 || kk > 0;
+          if constexpr (Tile::kWarpGroupN == 256) {
+            wgmma_m64n256k16(acc, wgmma_descriptor(a_tile + kk * 32),
+                             wgmma_descriptor(b_tile + kk * 32), accumulate);
+          } else {
+            wgmma_m64n128k16(acc, wgmma_descriptor(a_tile + kk * 32),
+                             wgmma_descriptor(b_tile + kk * 32), accumulate);
+          }
+          if constexpr (kTail) {
+            const uint32_t weights = stage_base + Tile::kABytes;
+            const uint64_t tail_rows =
+                wgmma_descriptor(stage_base + Tile::kABytes + Tile::kBBytes + kk * 32);
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              wgmma_m64n32k16(tail_acc[h],
+                              wgmma_descriptor(weights + tail_weight_row[h] * kRowBytes + kk * 32),
+                              tail_rows, accumulate);
+            }
+          }
+        }
+        wgmma_commit();
+        if constexpr (kEager) {
+          wgmma_wait<0>();
+          free_stage(ring.stage);
         } else {
-          wgmma_m64n128k16(acc, wgmma_descriptor(a_tile + kk * 32),
-                           wgmma_descriptor(b_tile + kk * 32), accumulate);
+          // The group of the previous stage has retired once at most this one is running: free
+          // it.
+          wgmma_wait<1>();
+          if (kt > 0) free_stage(previous_stage);
+          previous_stage = ring.stage;
         }
       }
-      wgmma_commit();
-      if constexpr (kEager) {
+      if constexpr (!kEager) {
         wgmma_wait<0>();
-        free_stage(ring.stage);
-      } else {
-        // The group of the previous stage has retired once at most this one is running: free it.
-        wgmma_wait<1>();
-        if (kt > 0) free_stage(previous_stage);
-        previous_stage = ring.stage;
+        free_stage(previous_stage);
       }
-    }
-    if constexpr (!kEager) {
-      wgmma_wait<0>();
-      free_stage(previous_stage);
+    };
+    if (takes_tail(work)) {
+      mainloop(std::true_type{});
+    } else {
+      mainloop(std::false_type{});
     }
     count_stored_block();  // the previous tile's
 
@@ -773,7 +906,11 @@ __global__ void __launch_bounds__(TmaTile<kBlockM>::kThreads, 1)
         }
       }
     }
-    if (counts_blocks) uncounted_block = work.block;
+    if (takes_tail(work)) store_tail(work, tail_acc);
+    if (counts_blocks) {
+      uncounted_block = work.block;
+      uncounted_tail = work.tail;
+    }
   };
   if constexpr (kDynamic) {
     for (;;) {
@@ -867,7 +1004,7 @@ CUtensorMap input_tensor_map(const GroupedGemmArgs& a) {
 // kDynamic: the tiles are taken from args.tile_counter, which the launch leaves zero.
 template <int kBlockM, bool kGated, bool kEager, int kCluster, bool kDynamic>
 void launch(const GroupedGemmArgs& args, cudaStream_t stream) {
-  using Tile = TmaTile<kBlockM>;
+  using Tile = TmaTile<kBlockM, kBlockM == 128 && kDynamic>;
   constexpr auto kernel = tma_kernel<kBlockM, kGated, kEager, kCluster, kDynamic>;
   allow_shared_bytes<kernel>(Tile::kSharedBytes, "cudaFuncSetAttribute(tma_kernel)");
   int device = 0, multiprocessors = 0;
