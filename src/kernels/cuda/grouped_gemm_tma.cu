@@ -405,13 +405,18 @@ __device__ __forceinline__ void producer_sync() {
 }
 #endif
 
+// The tile of a kernel: only tma_dynamic/128 merges tails (fused_experts.cc, merges_tails, says
+// why), so only it spends stage bytes and code on them.
+template <int kBlockM, bool kDynamic>
+using KernelTile = TmaTile<kBlockM, kBlockM == 128 && kDynamic>;
+
 // kEager: plan kernel "tma_eager"; kCluster 2: "tma_pair"; kDynamic: "tma_dynamic" (above).
 template <int kBlockM, bool kGated, bool kEager, int kCluster, bool kDynamic>
 __global__ void __launch_bounds__(TmaTile<kBlockM>::kThreads, 1)
     tma_kernel(const __grid_constant__ CUtensorMap weight_map,
                const __grid_constant__ CUtensorMap input_map, GroupedGemmArgs a) {
 #ifdef MOE_HAS_WGMMA
-  using Tile = TmaTile<kBlockM, kBlockM == 128 && kDynamic>;
+  using Tile = KernelTile<kBlockM, kDynamic>;
   // Whether `work`'s tile also takes the tail after it; a constant false where the kernel merges
   // none, so that the tail's code is compiled out there.
   const auto takes_tail = [](const TileWork& work) { return Tile::kMergesTails && work.tail; };
@@ -544,8 +549,6 @@ __global__ void __launch_bounds__(TmaTile<kBlockM>::kThreads, 1)
                           work.expert, full_barrier(stage));
         }
       };
-      // Every producer thread: the stage's input rows (one TMA box from thread 0, or the
-      // gather) and its arrival.
       // This thread's 16-byte chunks of step k0 of the rows from `sources` (tile row t / 8 + 16 i
       // from input row sources[i], zeros for -1) into the swizzled tile at `tile`.
       auto gather_rows = [&](uint32_t tile, const auto& sources, int k0) {
@@ -558,6 +561,8 @@ __global__ void __launch_bounds__(TmaTile<kBlockM>::kThreads, 1)
                        valid ? input + sources[i] * K + k : input, valid);
         }
       };
+      // Every producer thread: the stage's input rows (one TMA box from thread 0, or the
+      // gather) and its arrival.
       auto load_rows = [&](int stage, int kt) {
         const uint32_t a_stage = base + stage * Tile::kStageBytes;
         const int k0 = kt * kTileK;
@@ -1004,7 +1009,7 @@ CUtensorMap input_tensor_map(const GroupedGemmArgs& a) {
 // kDynamic: the tiles are taken from args.tile_counter, which the launch leaves zero.
 template <int kBlockM, bool kGated, bool kEager, int kCluster, bool kDynamic>
 void launch(const GroupedGemmArgs& args, cudaStream_t stream) {
-  using Tile = TmaTile<kBlockM, kBlockM == 128 && kDynamic>;
+  using Tile = KernelTile<kBlockM, kDynamic>;
   constexpr auto kernel = tma_kernel<kBlockM, kGated, kEager, kCluster, kDynamic>;
   allow_shared_bytes<kernel>(Tile::kSharedBytes, "cudaFuncSetAttribute(tma_kernel)");
   int device = 0, multiprocessors = 0;
