@@ -110,6 +110,17 @@ void expect_close(const Tensor& got, const Tensor& want, const std::string& what
   EXPECT_LT(cmp.max_rel_error, kBf16Tolerance) << what << ": " << cmp.describe();
 }
 
+// Every warp-specialized tma plan at `block_m` on `in`, against the reference's `want`.
+void expect_tma_plans_close(const ExpertsInputs& in, const Tensor& want, int64_t block_m) {
+  for (const cuda::GemmKernel kernel :
+       {cuda::GemmKernel::kTma, cuda::GemmKernel::kTmaEager, cuda::GemmKernel::kTmaPair,
+        cuda::GemmKernel::kTmaDynamic}) {
+    const cuda::ExpertsPlan plan{kernel, block_m, false};
+    expect_close(Tensor::copy_of(run_plan(in, plan), DType::kF32), want,
+                 cuda_plans::plan_name(plan));
+  }
+}
+
 // One runner on routing A, then B, then A again: each call matches the reference and A's bits
 // repeat, so nothing a plan keeps between launches (counters) leaks into the next call.
 void expect_repeats_through_one_runner(const ExpertsInputs& a, const ExpertsInputs& b,
@@ -253,13 +264,7 @@ TEST_F(CudaFusedExperts, ShortBlocksMatchTheReference) {
     SCOPED_TRACE(c.describe());
     const ExpertsInputs in = testing::make_inputs(c);
     const Tensor want = testing::run_reference_f32(in);
-    for (const cuda::GemmKernel kernel :
-         {cuda::GemmKernel::kTma, cuda::GemmKernel::kTmaEager, cuda::GemmKernel::kTmaPair,
-          cuda::GemmKernel::kTmaDynamic}) {
-      const cuda::ExpertsPlan plan{kernel, 16, false};
-      expect_close(Tensor::copy_of(run_plan(in, plan), DType::kF32), want,
-                   cuda_plans::plan_name(plan));
-    }
+    expect_tma_plans_close(in, want, 16);
   }
 }
 
@@ -305,13 +310,7 @@ TEST_F(CudaFusedExperts, TailBlocksMatchTheReference) {
     ExpertsInputs in = testing::make_inputs(c);
     route_exactly(in, shape.counts);
     const Tensor want = testing::run_reference_f32(in);
-    for (const cuda::GemmKernel kernel :
-         {cuda::GemmKernel::kTma, cuda::GemmKernel::kTmaEager, cuda::GemmKernel::kTmaPair,
-          cuda::GemmKernel::kTmaDynamic}) {
-      const cuda::ExpertsPlan plan{kernel, 128, false};
-      expect_close(Tensor::copy_of(run_plan(in, plan), DType::kF32), want,
-                   cuda_plans::plan_name(plan));
-    }
+    expect_tma_plans_close(in, want, 128);
   }
 }
 
