@@ -39,12 +39,12 @@
 // instead: rather than each thread block taking every grid's-worth tile from its first, the
 // producers take the next tile from a counter (one atomicAdd per tile; the launch leaves it zero)
 // when they start one, and pass it to their consumers with the stage, and its walk orders each
-// expert's blocks column tile first (TileWalk), so the thread blocks that share a weight tile start
-// it together however far apart their earlier tiles took them. On the H200 it is the fastest plan
-// at most of DeepSeek-V3's sizes from 16 tokens on (0.5-1.5% ahead of tma_pair/128 at 4096 and
-// 16384), loses at Qwen3-30B-A3B's. Tiles: block_m 128: each consumer warpgroup takes 64 of the
-// rows and all 256 weight rows (m64n256k16); block_m 64: both take the 64 rows and 128 of the
-// weight rows (m64n128k16); block_m 16 (short blocks, for decode sizes) as 64, with a stage of
+// expert's blocks column tile first (tma_tile_walk.cuh), so the thread blocks that share a weight
+// tile start it together however far apart their earlier tiles took them. On the H200 it is the
+// fastest plan at most of DeepSeek-V3's sizes from 16 tokens on (0.5-1.5% ahead of tma_pair/128 at
+// 4096 and 16384), loses at Qwen3-30B-A3B's. Tiles: block_m 128: each consumer warpgroup takes 64
+// of the rows and all 256 weight rows (m64n256k16); block_m 64: both take the 64 rows and 128 of
+// the weight rows (m64n128k16); block_m 16 (short blocks, for decode sizes) as 64, with a stage of
 // 16 rows (TmaTile). gemm1's weight rows are, per consumer warpgroup, gate rows then the matching
 // up rows, so each thread holds gate and up of the same output element.
 //
@@ -62,7 +62,9 @@
 #include "kernels/cuda/check.h"
 #include "kernels/cuda/global_timer.cuh"
 #include "kernels/cuda/grouped_gemm_launch.h"
+#include "kernels/cuda/hopper_primitives.cuh"
 #include "kernels/cuda/tile_rows.cuh"
+#include "kernels/cuda/tma_tile_walk.cuh"
 #include "kernels/cuda/wgmma.cuh"
 #include "moe/error.h"
 
@@ -141,264 +143,6 @@ struct Ring {
 };
 
 #ifdef MOE_HAS_WGMMA
-__device__ __forceinline__ void barrier_init(uint32_t barrier, int arrivals) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(barrier), "r"(arrivals));
-}
-
-// Spins until the phase of `barrier` with parity `parity` has completed (acquire, CTA scope).
-__device__ __forceinline__ void barrier_wait(uint32_t barrier, uint32_t parity) {
-  uint32_t done = 0;
-  do {
-    asm volatile(
-        "{\n"
-        ".reg .pred complete;\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 complete, [%1], %2;\n"
-        "selp.u32 %0, 1, 0, complete;\n"
-        "}\n"
-        : "=r"(done)
-        : "r"(barrier), "r"(parity)
-        : "memory");
-  } while (done == 0);
-}
-
-__device__ __forceinline__ void barrier_arrive(uint32_t barrier) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(barrier) : "memory");
-}
-
-// One arrival that also expects `bytes` of TMA transactions before the phase can complete.
-__device__ __forceinline__ void barrier_arrive_expect_bytes(uint32_t barrier, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(barrier), "r"(bytes)
-               : "memory");
-}
-
-// An arrival made once all cp.async copies this thread issued so far have landed. noinc: it is
-// one of the arrivals the barrier was initialized to expect.
-__device__ __forceinline__ void barrier_arrive_after_copies(uint32_t barrier) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(barrier) : "memory");
-}
-
-// Box {kTileK, kBoxRows, 1} of the 3-D weight tensor at (k, row, expert) into shared memory;
-// completes `bytes` on `barrier`. Rows or k past the tensor's end are filled with zeros.
-__device__ __forceinline__ void load_weight_box(uint32_t shared, const CUtensorMap* map, int k,
-                                                int row, int expert, uint32_t barrier) {
-  asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
-      " [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(shared),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(k), "r"(row), "r"(expert), "r"(barrier)
-      : "memory");
-}
-
-// Box {kTileK, rows} of the 2-D input tensor at (k, row) into shared memory, as load_weight_box.
-__device__ __forceinline__ void load_input_box(uint32_t shared, const CUtensorMap* map, int k,
-                                               int row, uint32_t barrier) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
-      " [%0], [%1, {%2, %3}], [%4];\n" ::"r"(shared),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(k), "r"(row), "r"(barrier)
-      : "memory");
-}
-
-__device__ __forceinline__ uint32_t cluster_rank() {
-  uint32_t rank;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
-  return rank;
-}
-
-// One arrival on the barrier at the shared offset `barrier` of thread block `rank` of the cluster.
-// CTA scope: it only tells the other block's producer that this block is done with a stage; with
-// cluster-scope release semantics every arrival waited for this thread's earlier global stores,
-// which made the cluster kernels 1.5x slower.
-__device__ __forceinline__ void barrier_arrive_in(uint32_t barrier, uint32_t rank) {
-  asm volatile(
-      "{\n"
-      ".reg .b32 remote;\n"
-      "mapa.shared::cluster.u32 remote, %0, %1;\n"
-      "mbarrier.arrive.shared::cluster.b64 _, [remote];\n"
-      "}\n" ::"r"(barrier),
-      "r"(rank)
-      : "memory");
-}
-
-// Every thread of every thread block of the cluster: release what came before, acquire theirs.
-__device__ __forceinline__ void cluster_sync() {
-  asm volatile(
-      "barrier.cluster.arrive.release;\n"
-      "barrier.cluster.wait.acquire;\n" ::
-          : "memory");
-}
-
-// Programmatic dependent launch: the next kernel of the stream, if launched with
-// cudaLaunchAttributeProgrammaticStreamSerialization, may start once every thread block of this
-// one has said so or exited; it sees this one's writes only after wait_for_previous_grid.
-__device__ __forceinline__ void allow_dependent_launch() {
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-}
-__device__ __forceinline__ void wait_for_previous_grid() {
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
-}
-
-// A load that orders this thread's later reads after it (GPU scope): block_done's counts.
-__device__ __forceinline__ int32_t load_acquire(const int32_t* address) {
-  int32_t value;
-  asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(value) : "l"(address) : "memory");
-  return value;
-}
-
-// Orders this thread's global accesses through the generic proxy (plain stores, acquire loads)
-// with its later ones through the async proxy (TMA): gemm1's stores of cache2 in block order, which
-// gemm2 reads by TMA box once block_done says they are there.
-__device__ __forceinline__ void fence_proxy_async_global() {
-  asm volatile("fence.proxy.async.global;\n" ::: "memory");
-}
-
-template <int kRegisters>
-__device__ __forceinline__ void shrink_registers() {
-  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
-}
-template <int kRegisters>
-__device__ __forceinline__ void grow_registers() {
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
-}
-
-// One tile of a thread block's walk. rows: whether `block` holds rows of a local expert (in a
-// cluster it may not while a partner's does; then the block only keeps step with the cluster).
-struct TileWork {
-  int64_t block;
-  int32_t expert;
-  bool rows;
-  int64_t first_column;
-  bool tail = false;  // merge_tails: block + 1 is a tail this tile multiplies too
-};
-
-enum class TileKind { kWork, kSkip, kEnd };
-
-// The tiles of the walk. Static walks go block-major: tile q is column tile q % column_tiles of
-// block group q / column_tiles. A cluster of kCluster thread blocks takes block groups [kCluster g,
-// kCluster (g + 1)); its thread block r works on block kCluster g + r.
-// kColumnsFirst (the dynamic walk, whose tiles start in order) orders the tiles of each run of
-// blocks column tile first instead: all blocks of the run on column tile 0, then on column tile 1,
-// and so on, so the thread blocks that read one weight tile start it within a few tiles of each
-// other and all but the first find it in L2. A run is an expert's whole segment of blocks when it
-// has at most kRunBlocks of them, else the segment's share of a kWindowBlocks-aligned window. Runs
-// partition the blocks, so tiles [first block * column_tiles, end block * column_tiles) are still
-// exactly the run's tiles and the walk ends at the same tile.
-constexpr int kWindowBlocks = 16;
-constexpr int kRunBlocks = kWindowBlocks - 1;  // a run one warp can see both ends of
-
-template <int kBlockM, int kCluster, bool kColumnsFirst = false>
-struct TileWalk {
-  static_assert(!kColumnsFirst || kCluster == 1, "clusters take consecutive blocks");
-  const GroupedGemmArgs& a;
-  int64_t num_padded, column_tiles, columns_per_tile, num_blocks;
-
-  __device__ TileWalk(const GroupedGemmArgs& args, int64_t columns_per_tile_)
-      : a(args),
-        num_padded(*args.num_pairs_post_padded),
-        column_tiles((args.out_columns + columns_per_tile_ - 1) / columns_per_tile_),
-        columns_per_tile(columns_per_tile_),
-        num_blocks((num_padded + kBlockM - 1) / kBlockM) {
-    if (num_blocks > args.max_blocks) num_blocks = args.max_blocks;
-  }
-
-  // A local expert's id, or -1: the block is past the end or serves another rank's expert.
-  __device__ int32_t local_expert(int64_t block) const {
-    if (block >= a.max_blocks || block * kBlockM >= num_padded) return -1;
-    const int32_t expert = a.expert_ids[block];
-    return expert >= 0 && expert < a.num_local_experts ? expert : -1;
-  }
-
-  // merge_tails: whether `block` is a tail, its expert's last block after a full one, with at most
-  // kTmaTailRows rows (a block holds its pairs first, then padding).
-  __device__ bool is_tail(int64_t block) const {
-    if (kBlockM != 128 || !a.merge_tails || block < 1 || block >= num_blocks) return false;
-    const int32_t expert = a.expert_ids[block];
-    if (expert < 0 || expert >= a.num_local_experts || a.expert_ids[block - 1] != expert) {
-      return false;
-    }
-    const int32_t pair = a.sorted_pair_ids[block * kBlockM + kTmaTailRows];
-    return pair < 0 || pair >= a.num_pairs;
-  }
-
-  // A tail is no tile of its own; the block before it takes its rows.
-  __device__ TileKind with_tail(TileWork& work) const {
-    if (is_tail(work.block)) return TileKind::kSkip;
-    work.tail = is_tail(work.block + 1);
-    return TileKind::kWork;
-  }
-
-  // kEnd: `tile` and every later one lie past num_pairs_post_padded. kSkip: no block of its group
-  // has rows of a local expert. Otherwise `work` describes this thread block's part.
-  // kColumnsFirst: every lane of the warp must call it together (it votes).
-  __device__ TileKind decode(int64_t tile, TileWork& work) const {
-    if constexpr (kColumnsFirst) {
-      return decode_columns_first(tile, work);
-    } else {
-      const int64_t first_block = tile / column_tiles * kCluster;
-      if (first_block >= a.max_blocks || first_block * kBlockM >= num_padded) {
-        return TileKind::kEnd;
-      }
-      const int64_t block = first_block + (kCluster > 1 ? cluster_rank() : 0);
-      const int32_t expert = local_expert(block);
-      bool any_rows = expert >= 0;
-#pragma unroll
-      for (int r = 0; r < kCluster && !any_rows; ++r) {
-        any_rows = local_expert(first_block + r) >= 0;
-      }
-      if (!any_rows) return TileKind::kSkip;
-      work = TileWork{block, expert, expert >= 0, (tile % column_tiles) * columns_per_tile};
-      return TileKind::kWork;
-    }
-  }
-
-  __device__ TileKind decode_columns_first(int64_t tile, TileWork& work) const {
-    const int64_t some_block = tile / column_tiles;  // a block of the tile's run
-    if (some_block >= num_blocks) return TileKind::kEnd;
-    // Lane l looks at block some_block - 16 + l: bit 16 of `same` is some_block itself.
-    const int32_t id = a.expert_ids[some_block];
-    const int64_t seen = some_block - 16 + threadIdx.x % 32;
-    const uint32_t same =
-        __ballot_sync(0xffffffffu, seen >= 0 && seen < num_blocks && a.expert_ids[seen] == id);
-    const uint32_t other_below = ~same & 0xffffu;              // bits 0-15
-    const uint32_t other_above = ~same & ~uint32_t{0x1ffffu};  // bits 17-31
-    const int64_t segment_begin =
-        some_block - 16 + (other_below != 0 ? 32 - __clz(static_cast<int>(other_below)) : 0);
-    const int64_t segment_end =
-        some_block - 16 + (other_above != 0 ? __ffs(static_cast<int>(other_above)) - 1 : 32);
-    int64_t begin = segment_begin, end = segment_end;
-    if (other_below == 0 || other_above == 0 || end - begin > kRunBlocks) {
-      const int64_t window = some_block / kWindowBlocks * kWindowBlocks;
-      if (begin < window) begin = window;
-      if (end > window + kWindowBlocks) end = window + kWindowBlocks;
-    }
-    const int64_t within = tile - begin * column_tiles;
-    const int64_t block = begin + within % (end - begin);
-    const int32_t expert = id >= 0 && id < a.num_local_experts ? id : -1;
-    if (expert < 0) return TileKind::kSkip;
-    work = TileWork{block, expert, true, within / (end - begin) * columns_per_tile};
-    return with_tail(work);
-  }
-};
-
-// Calls body(TileWork) for this thread block's tiles of the static walk: tiles blockIdx.x /
-// kCluster, then a grid's worth of tiles further each time. Both sides (and every thread block of
-// a cluster) run it and so see the same sequence.
-template <int kBlockM, int kCluster, typename Body>
-__device__ __forceinline__ void for_each_tile(const TileWalk<kBlockM, kCluster, false>& walk,
-                                              Body&& body) {
-  for (int64_t tile = blockIdx.x / kCluster;; tile += gridDim.x / kCluster) {
-    TileWork work;
-    const TileKind kind = walk.decode(tile, work);
-    if (kind == TileKind::kEnd) return;
-    if (kind == TileKind::kWork) body(work);
-  }
-}
-
-__device__ __forceinline__ uint32_t multiprocessor_id() {
-  uint32_t id;
-  asm volatile("mov.u32 %0, %%smid;" : "=r"(id));
-  return id;
-}
-
 // Synchronizes the producer warps only (named barrier 1; 0 is __syncthreads').
 __device__ __forceinline__ void producer_sync() {
   asm volatile("bar.sync 1, %0;\n" ::"n"(kProducerThreads) : "memory");
