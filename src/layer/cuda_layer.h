@@ -1,7 +1,8 @@
 // The GPU half of MoeLayer (backend kCuda): the layer's weights copied once to the memory of the
 // device current at construction, then route (cuBLAS router GEMM + fused select), the routed
-// experts and the shared experts (added to the routed sum) on the caller's stream, over buffers
-// that grow to the largest batch and are then reused.
+// experts (the tuned plan for this GPU and shape, ops/cuda_plan_choice.h) and the shared experts
+// (added to the routed sum) on the caller's stream, over buffers that grow to the largest batch and
+// are then reused.
 #pragma once
 
 #include <cublas_v2.h>
@@ -9,6 +10,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "kernels/cuda/device_buffer.h"
@@ -39,7 +41,8 @@ class CudaLayer {
  private:
   MoeConfig config_;
   DType router_dtype_;
-  int device_ = 0;  // where the weights and buffers live
+  int device_ = 0;           // where the weights and buffers live
+  std::string device_name_;  // of device_, the key of its tuned plan tables
   cublasHandle_t cublas_ = nullptr;
   cuda::ExpertsRunner experts_;
   cuda::DeviceBuffer router_, router_bias_, correction_bias_, w13_, w2_;

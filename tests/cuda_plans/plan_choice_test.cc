@@ -1,6 +1,7 @@
 // Where CUDA plans come from (ops/cuda_plan_choice.h), on the CPU: the compiled-in tables are
 // the repo's files and parse, a tuning folder (argument or MOE_CUDA_TUNING_DIR) replaces them,
-// bad folders and files are named in the error, and a tuned plan is used only where it can run.
+// bad folders and files are named in the error, and a tuned plan is used only where it can run;
+// on a Hopper GPU also the built-in default's choice among the tma plans.
 #include "ops/cuda_plan_choice.h"
 
 #include <unistd.h>
@@ -18,6 +19,7 @@
 
 #include "common/expect_error.h"
 #include "kernels/cuda/decode_experts.h"
+#include "kernels/cuda/grouped_gemm.h"
 #include "ops/embedded_cuda_plans.h"
 
 namespace moe {
@@ -172,6 +174,29 @@ TEST(CudaPlanChoiceRules, DefaultTakesTheTinyBatchUpToHalfAPairPerExpert) {
   const int32_t expert_map[64] = {};
   problem.expert_map = expert_map;
   EXPECT_NE(plan_name(cuda::default_plan(problem)), "tiny/1");
+}
+
+TEST(CudaPlanChoiceRules, DefaultOnHopperFollowsTheRowsPerExpert) {
+  if (!cuda::wgmma_available()) GTEST_SKIP() << "the tma plans are Hopper's";
+  // Qwen3-30B-A3B's experts: E 128, k 8, so 16 tokens make one row per expert.
+  ExpertsProblem problem = small_problem(1, 2048);
+  problem.intermediate_size = 768;
+  problem.top_k = 8;
+  problem.num_experts = problem.num_local_experts = 128;
+  const auto at = [&](int64_t rows_per_expert) {
+    problem.num_tokens = rows_per_expert * 16;
+    return plan_name(cuda::default_plan(problem));
+  };
+  EXPECT_EQ(at(56), "tma/64");
+  EXPECT_EQ(at(96), "tma/128");
+  EXPECT_EQ(at(97), "tma_pair/128");
+  EXPECT_EQ(at(448), "tma_pair/128");
+  EXPECT_EQ(at(449), "tma/128");
+  // Long rows take the ordered walk at every size past the tiny batch.
+  problem.hidden_size = 7168;
+  EXPECT_EQ(at(56), "tma_dynamic/64");
+  EXPECT_EQ(at(192), "tma_dynamic/128");
+  EXPECT_EQ(at(1024), "tma_dynamic/128");
 }
 
 TEST(CudaPlanChoiceRules, DecodePlanSaysWhatItCannotRun) {

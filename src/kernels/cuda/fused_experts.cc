@@ -153,7 +153,19 @@ ExpertsPlan default_plan(const ExpertsProblem& problem) {
     // against 363-371 for tma/128, DeepSeek-V3 at 1792 tokens 5596 against 5707-5712 for
     // tma_dynamic/128) and slower from 60 (Qwen3-30B-A3B at 960 tokens 379 against 374, at 1024
     // 411-414 against 368-372).
-    return {kernel, rows_per_expert <= 56 ? 64 : 128, false};
+    if (rows_per_expert <= 56) return {kernel, 64, false};
+    // Past 96 rows per expert and up to 448 (between 410, where it was measured ahead, and 512,
+    // where tma/128 was), at short rows: clusters of two thread blocks that keep step
+    // (tma_pair), so that an expert's blocks take each weight tile from L2 together where
+    // tma/128's drift apart and may read it again. On an H100 (sixty-sixth session,
+    // docs/perf.md) tma/128 ran 2-24% behind the best plan at Qwen3-30B-A3B's 128-256 rows
+    // (2048-4096 tokens) and 6-17% at Qwen2-MoE-A2.7B's 137-410 (2048-6144), tma_pair/128 at
+    // most 9%; at OLMoE's 192-384 rows tma_pair/128 was 1-6% behind, tma/128 at most 1%. From
+    // 512 rows tma/128 was within 5% of the best on all three.
+    if (!in_order && rows_per_expert > 96 && rows_per_expert <= 448) {
+      return {GemmKernel::kTmaPair, 128, false};
+    }
+    return {kernel, 128, false};
   }
   if (rows_per_expert <= 1) return {GemmKernel::kStream, 4, false};
   if (rows_per_expert <= 32) return {GemmKernel::kMma, 32, false};
