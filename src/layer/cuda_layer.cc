@@ -54,9 +54,6 @@ CudaLayer::CudaLayer(const MoeConfig& config, const LayerWeights& weights)
     : config_(config), router_dtype_(weights.router.dtype()) {
   check_supported(config, weights);
   check(cudaGetDevice(&device_), "cudaGetDevice");
-  cudaDeviceProp properties{};
-  check(cudaGetDeviceProperties(&properties, device_), "cudaGetDeviceProperties");
-  device_name_ = properties.name;
   if (config.experts.shared_intermediate_size > 0) {
     // First: it checks its weights before anything else is made.
     shared_ = cuda::SharedExperts(weights.shared_w13, weights.shared_w2, weights.shared_gate);
@@ -150,7 +147,8 @@ void CudaLayer::forward(const TensorView& hidden, const TensorView& out,
   problem.topk_ids = select.topk_ids;
   problem.topk_weights = select.topk_weights;
   problem.out = out_data;
-  experts_.run(problem, cuda_plans::choose_plan(problem, device_name_), stream, &times);
+  const cuda::ExpertsPlan plan = cuda_plans::choose_plan(problem, cuda_plans::device_name(device_));
+  experts_.run(problem, plan, stream, &times);
   times.route_us = route_us;
   if (shared_.defined()) {
     // Added to the routed sum the experts left in out.

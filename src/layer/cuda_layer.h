@@ -10,7 +10,6 @@
 
 #include <cstdint>
 #include <optional>
-#include <string>
 #include <vector>
 
 #include "kernels/cuda/device_buffer.h"
@@ -41,8 +40,7 @@ class CudaLayer {
  private:
   MoeConfig config_;
   DType router_dtype_;
-  int device_ = 0;           // where the weights and buffers live
-  std::string device_name_;  // of device_, the key of its tuned plan tables
+  int device_ = 0;  // where the weights and buffers live
   cublasHandle_t cublas_ = nullptr;
   cuda::ExpertsRunner experts_;
   cuda::DeviceBuffer router_, router_bias_, correction_bias_, w13_, w2_;

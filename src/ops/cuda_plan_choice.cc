@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <mutex>
 #include <stdexcept>
 #include <string_view>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "core/text_file.h"
+#include "kernels/cuda/check.h"
 #include "moe/error.h"
 #include "ops/embedded_cuda_plans.h"
 
@@ -131,6 +133,15 @@ cuda::ExpertsPlan choose_plan(const ExpertsProblem& problem, std::string_view de
 
 cuda::ExpertsPlan choose_plan(const ExpertsProblem& problem, std::string_view device_name) {
   return choose_plan(problem, device_name, *current_tables());
+}
+
+const std::string& device_name(int device) {
+  thread_local std::map<int, std::string> names;  // the query is slow: once per thread and device
+  const auto known = names.find(device);
+  if (known != names.end()) return known->second;
+  cudaDeviceProp properties{};
+  cuda::check(cudaGetDeviceProperties(&properties, device), "cudaGetDeviceProperties");
+  return names.emplace(device, properties.name).first->second;
 }
 
 }  // namespace moe::cuda_plans

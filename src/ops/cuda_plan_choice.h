@@ -45,4 +45,8 @@ cuda::ExpertsPlan choose_plan(const ExpertsProblem& problem, std::string_view de
 // The same from current_tables().
 cuda::ExpertsPlan choose_plan(const ExpertsProblem& problem, std::string_view device_name);
 
+// The name CUDA device `device` goes by in table names and choose_plan
+// (cudaGetDeviceProperties' name), asked of the driver once per thread and device.
+const std::string& device_name(int device);
+
 }  // namespace moe::cuda_plans

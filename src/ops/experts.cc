@@ -12,7 +12,6 @@
 
 #ifdef MOE_WITH_CUDA
 #include <map>
-#include <string>
 #include <utility>
 
 #include "kernels/cuda/check.h"
@@ -40,16 +39,6 @@ Backend resolve_backend(Backend requested, Device device) {
 }
 
 #ifdef MOE_WITH_CUDA
-// The name plan tables are keyed by; asked once per thread and device, since the query is slow.
-const std::string& device_name(int device) {
-  thread_local std::map<int, std::string> names;
-  const auto known = names.find(device);
-  if (known != names.end()) return known->second;
-  cudaDeviceProp properties{};
-  cuda::check(cudaGetDeviceProperties(&properties, device), "cudaGetDeviceProperties");
-  return names.emplace(device, properties.name).first->second;
-}
-
 // One workspace per thread, device and stream, grown to the largest call seen and then reused:
 // calls on one stream run in order, while calls queued on two streams may run at once and so
 // must not share one. The plan is the tuned one for this GPU and shape where a table has it
@@ -59,7 +48,7 @@ void run_cuda(const ExpertsProblem& problem, const ExpertsOptions& options, Stag
   const auto stream = static_cast<cudaStream_t>(options.cuda_stream);
   int device = 0;
   cuda::check(cudaGetDevice(&device), "cudaGetDevice");
-  cuda::ExpertsPlan plan = cuda_plans::choose_plan(problem, device_name(device));
+  cuda::ExpertsPlan plan = cuda_plans::choose_plan(problem, cuda_plans::device_name(device));
   if (options.block_m > 0 && options.block_m != plan.block_m) {
     // An explicit block_m picks the kernel made for that many rows per block.
     plan.block_m = options.block_m;
