@@ -1,7 +1,8 @@
 // `moe tune`: times every kernel plan of the CUDA experts at each token count (the sweep of
-// `moe bench --sweep`), keeps the fastest per count, and writes them as the plan table of this
-// GPU and shape (ops/cuda_plan_table.h). Prints, per count, the tuned plan next to the built-in
-// default, so the default's cost without tuning stays visible.
+// `moe bench --sweep`), keeps the fastest per count (the built-in default where it is within
+// kDefaultTieMargin of the fastest), and writes them as the plan table of this GPU and shape
+// (ops/cuda_plan_table.h). Prints, per count, the fastest plan next to the built-in default, so
+// the default's cost without tuning stays visible.
 #include <algorithm>
 #include <cstdio>
 #include <string>
@@ -23,6 +24,7 @@
 #include "ops/cuda_plan_table.h"
 #include "tools/moe/cuda_bench.h"
 #include "tools/moe/plan_finalists.h"
+#include "tools/moe/tune_pick.h"
 #endif
 
 namespace moe::cli {
@@ -60,7 +62,7 @@ bool ranks_before(const CudaBenchRow& a, const CudaBenchRow& b) {
   return figure_us(a) < figure_us(b);
 }
 
-// The tuned and the built-in plan at one token count. The default is compared with the best in
+// The fastest and the built-in plan at one token count. The default is compared with the best in
 // the same round: both final, or (the default left out of the final round) both from the sweep.
 struct TunedSize {
   const CudaBenchRow* best = nullptr;
@@ -69,6 +71,11 @@ struct TunedSize {
     return built_in->final_us > 0 ? built_in->final_us / best->final_us
                                   : built_in->median_us / best->median_us;
   }
+  // The plan the table takes: the default unless the best beats it by more than the tie margin.
+  const CudaBenchRow& written() const {
+    return table_keeps_default(slowdown(), kDefaultTieMargin) ? *built_in : *best;
+  }
+  bool default_kept_over_faster() const { return &written() == built_in && best != built_in; }
 };
 
 std::vector<TunedSize> pick_best(const std::vector<CudaBenchRow>& rows,
@@ -132,7 +139,7 @@ void tune_cuda(const TuneOptions& o) {
   const std::vector<TunedSize> sizes = pick_best(rows, o.tokens);
 
   for (const TunedSize& size : sizes) {
-    table[size.best->tokens] = cuda_plans::parse_plan_name(size.best->plan);
+    table[size.best->tokens] = cuda_plans::parse_plan_name(size.written().plan);
   }
   write_table(path, cuda_plans::format_table(table));
 
@@ -149,6 +156,7 @@ void tune_cuda(const TuneOptions& o) {
                              {"rows", nlohmann::json::array()}};
     for (const TunedSize& size : sizes) {
       report["rows"].push_back({{"tokens", size.best->tokens},
+                                {"table_plan", size.written().plan},
                                 {"best_plan", size.best->plan},
                                 {"best_us", figure_us(*size.best)},
                                 {"default_plan", size.built_in->plan},
@@ -166,15 +174,18 @@ void tune_cuda(const TuneOptions& o) {
       "moe tune: {} (E {}, H {}, I {}, k {}) bf16 on {}\n"
       "every plan timed as CUDA-graph replays over 8 rotating routings, the plans of a size in "
       "turns; then those within {:.0f}% of the best timed again, alone in turns; best = lowest "
-      "median of that final round (us: final round where the plan was in it, else the first)\n\n",
-      o.preset, E, H, I, k, ceilings.device_name, 100.0 * kFinalistMargin);
+      "median of that final round (us: final round where the plan was in it, else the first); "
+      "the table takes the default where it is within {:.0f}% of the best\n\n",
+      o.preset, E, H, I, k, ceilings.device_name, 100.0 * kFinalistMargin,
+      100.0 * kDefaultTieMargin);
   fmt::print("{:>6} {:>10} {:>9} {:>10} {:>9} {:>13} {:>9}\n", "tokens", "best", "us", "default",
              "us", "default/best", "floor us");
   for (const TunedSize& size : sizes) {
-    fmt::print("{:>6} {:>10} {:>9.1f} {:>10} {:>9.1f} {:>13.2f} {:>9.1f}{}\n", size.best->tokens,
+    fmt::print("{:>6} {:>10} {:>9.1f} {:>10} {:>9.1f} {:>13.3f} {:>9.1f}{}{}\n", size.best->tokens,
                size.best->plan, figure_us(*size.best), size.built_in->plan,
                figure_us(*size.built_in), size.slowdown(), size.best->floor_us,
-               size.slowdown() > kDefaultSlowdownBound ? "  > bound" : "");
+               size.slowdown() > kDefaultSlowdownBound ? "  > bound" : "",
+               size.default_kept_over_faster() ? "  default kept" : "");
   }
   fmt::print("\nwrote {} ({} token counts{})\n", path.string(), table.size(),
              o.merge ? fmt::format(", {} of them kept from the table that was there", kept) : "");
@@ -219,7 +230,9 @@ void add_tune_command(CLI::App& app) {
   cmd->footer(
       "Writes <output>/E=<E>,H=<H>,I=<I>,k=<k>,device_name=<GPU>.json: for each token count M, the "
       "fastest grouped-GEMM kernel and block_m (every plan timed in turns, then those within 10% "
-      "of the best timed again, alone in turns, and the fastest of that round kept). fused_experts "
+      "of the best timed again, alone in turns, and the fastest of that round kept, or the "
+      "built-in "
+      "default where it is within 1% of that). fused_experts "
       "on that GPU and shape then runs the plan of the closest M. Tables in configs/cuda are "
       "compiled into the library at the next "
       "build; MOE_CUDA_TUNING_DIR=<folder> makes a folder's tables take effect without one. "
