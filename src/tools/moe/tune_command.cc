@@ -231,12 +231,10 @@ void add_tune_command(CLI::App& app) {
       "Writes <output>/E=<E>,H=<H>,I=<I>,k=<k>,device_name=<GPU>.json: for each token count M, the "
       "fastest grouped-GEMM kernel and block_m (every plan timed in turns, then those within 10% "
       "of the best timed again, alone in turns, and the fastest of that round kept, or the "
-      "built-in "
-      "default where it is within 1% of that). fused_experts "
-      "on that GPU and shape then runs the plan of the closest M. Tables in configs/cuda are "
-      "compiled into the library at the next "
-      "build; MOE_CUDA_TUNING_DIR=<folder> makes a folder's tables take effect without one. "
-      "Prints, per M, the tuned and the built-in default plan with their times and the "
+      "built-in default where it is within 1% of that). fused_experts on that GPU and shape then "
+      "runs the plan of the closest M. Tables in configs/cuda are compiled into the library at the "
+      "next build; MOE_CUDA_TUNING_DIR=<folder> makes a folder's tables take effect without one. "
+      "Prints, per M, the fastest and the built-in default plan with their times and the "
       "default/best ratio (the default should stay within 10%). Needs a CUDA GPU.");
   cmd->add_option("--preset", options->preset, "Preset name or config.json path")
       ->capture_default_str();
