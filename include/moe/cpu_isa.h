@@ -38,8 +38,8 @@ std::string cpu_isa_unsupported_reason(CpuIsa isa);
 // Every path this machine can run, from plain up to the most capable.
 std::vector<CpuIsa> supported_cpu_isas();
 // The path kAuto runs: the fastest supported one as measured, which is the most capable one
-// except that a CPU with avx512bf16 but no amx runs avx512 (its f32 FMAs beat vdpbf16ps at
-// prefill wherever both were measured; docs/cpu-kernels.md).
+// except that a CPU with avx512bf16 but no amx runs avx512 unless it is AMD's (elsewhere its f32
+// FMAs beat vdpbf16ps at prefill wherever both were measured; docs/cpu-kernels.md).
 CpuIsa best_cpu_isa();
 
 // The path a call with `requested` runs: `requested` itself, or for kAuto the path MOE_CPU_ISA

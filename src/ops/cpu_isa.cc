@@ -107,16 +107,7 @@ std::vector<CpuIsa> supported_cpu_isas() {
   return paths;
 }
 
-CpuIsa best_cpu_isa() {
-  // The most capable path, except avx512bf16: wherever it was measured beside avx512 it lost
-  // from 64 tokens on (a Xeon with AVX512-BF16 and no AMX: 1.12x slower at 64 tokens, 1.65x at
-  // 1024; the Sapphire Rapids host: 1.3-1.6x from 64 tokens on) and below that ran between 4%
-  // faster and 7% slower (docs/perf.md): its vdpbf16ps is no faster than f32 FMAs there. It
-  // runs when asked for.
-  const std::vector<CpuIsa> paths = supported_cpu_isas();
-  if (paths.back() == CpuIsa::kAvx512Bf16) return CpuIsa::kAvx512;
-  return paths.back();
-}
+CpuIsa best_cpu_isa() { return cpu::default_isa(supported_cpu_isas().back(), cpu::cpu_features()); }
 
 CpuIsa resolve_cpu_isa(CpuIsa requested) {
   const char* source = "cpu isa";

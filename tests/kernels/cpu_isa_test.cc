@@ -11,6 +11,7 @@
 #include <string>
 
 #include "common/expect_error.h"
+#include "kernels/cpu/cpu_features.h"
 #include "moe/error.h"
 #include "moe/layer.h"
 
@@ -50,11 +51,9 @@ TEST(CpuIsa, SupportedPathsAreNestedAndReasoned) {
   const std::vector<CpuIsa> supported = supported_cpu_isas();
   ASSERT_FALSE(supported.empty());
   EXPECT_EQ(supported.front(), CpuIsa::kPlain);
-  // The default is the most capable path, but never avx512bf16 (avx512 beat it where measured).
+  // The default is the most capable path, with avx512bf16 only on AMD's CPUs (DefaultPath).
   EXPECT_TRUE(cpu_isa_supported(best_cpu_isa()));
-  EXPECT_NE(best_cpu_isa(), CpuIsa::kAvx512Bf16);
-  EXPECT_EQ(best_cpu_isa(),
-            supported.back() == CpuIsa::kAvx512Bf16 ? CpuIsa::kAvx512 : supported.back());
+  EXPECT_EQ(best_cpu_isa(), cpu::default_isa(supported.back(), cpu::cpu_features()));
   // Each path needs everything the one before it needs.
   bool previous = true;
   for (CpuIsa isa : kAllPaths) {
@@ -99,17 +98,30 @@ TEST(CpuIsa, UnsupportedPathIsAnErrorNamingWhatIsMissing) {
   }
 }
 
+TEST(CpuIsa, DefaultPath) {
+  cpu::CpuFeatures intel, amd;
+  amd.amd = true;
+  for (CpuIsa isa : kAllPaths) {
+    const CpuIsa expected_elsewhere = isa == CpuIsa::kAvx512Bf16 ? CpuIsa::kAvx512 : isa;
+    EXPECT_EQ(cpu::default_isa(isa, intel), expected_elsewhere) << cpu_isa_name(isa);
+    EXPECT_EQ(cpu::default_isa(isa, amd), isa) << cpu_isa_name(isa);
+  }
+}
+
 TEST(CpuIsa, FeaturesMatchTheKernelsCpuinfoFlags) {
   std::ifstream cpuinfo("/proc/cpuinfo");
-  std::string line;
+  std::string line, vendor;
   std::set<std::string> flags;
   while (std::getline(cpuinfo, line)) {
+    const std::string value = line.substr(line.find(':') + 1);
+    if (line.rfind("vendor_id", 0) == 0) std::istringstream(value) >> vendor;
     if (line.rfind("flags", 0) != 0) continue;
-    std::istringstream words(line.substr(line.find(':') + 1));
+    std::istringstream words(value);
     for (std::string word; words >> word;) flags.insert(word);
     break;
   }
   if (flags.empty()) GTEST_SKIP() << "no /proc/cpuinfo flags on this system";
+  EXPECT_EQ(cpu::cpu_features().amd, vendor == "AuthenticAMD") << "vendor_id " << vendor;
   std::set<std::string> ours;
   std::istringstream names(cpu_feature_names());
   for (std::string name; names >> name;) ours.insert(name);

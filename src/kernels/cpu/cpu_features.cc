@@ -28,6 +28,12 @@ uint64_t read_xcr0() {
 CpuFeatures detect() {
   CpuFeatures f;
   uint32_t eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (!__get_cpuid(0, &eax, &ebx, &ecx, &edx)) return f;
+  char vendor[12];
+  std::memcpy(vendor, &ebx, 4);
+  std::memcpy(vendor + 4, &edx, 4);
+  std::memcpy(vendor + 8, &ecx, 4);
+  f.amd = std::memcmp(vendor, "AuthenticAMD", sizeof vendor) == 0;
   if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return f;
   f.fma = bit(ecx, 12);
   f.f16c = bit(ecx, 29);
@@ -63,6 +69,11 @@ CpuFeatures detect() {
 }
 
 }  // namespace
+
+CpuIsa default_isa(CpuIsa most_capable, const CpuFeatures& features) {
+  if (most_capable == CpuIsa::kAvx512Bf16 && !features.amd) return CpuIsa::kAvx512;
+  return most_capable;
+}
 
 const CpuFeatures& cpu_features() {
   // A function-local static: initialized once, thread-safely, before any kernel can ask.

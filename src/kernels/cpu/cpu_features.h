@@ -6,9 +6,12 @@
 
 #include <string>
 
+#include "moe/cpu_isa.h"
+
 namespace moe::cpu {
 
 struct CpuFeatures {
+  bool amd = false;  // cpuid's vendor string is "AuthenticAMD"
   // Instructions, from cpuid.
   bool avx2 = false, fma = false, f16c = false;
   bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false;
@@ -30,6 +33,15 @@ struct CpuFeatures {
     return can_avx512_bf16() && amx_tile && amx_bf16 && os_amx && amx_permitted;
   }
 };
+
+// The path `auto` runs on a CPU with `features` whose most capable supported path is
+// `most_capable`: that path, except that avx512bf16 gives way to avx512 on CPUs other than AMD's.
+// There vdpbf16ps is no faster than the f32 FMAs (a Xeon with AVX512-BF16 and no AMX, call by
+// call: avx512bf16 1.12x avx512's time at 64 tokens, 1.65x at 1024; the Sapphire Rapids host:
+// 1.3-1.6x from 64 tokens on); on AMD's Zen 4 it does twice the FMAs' multiply-adds (0.44-0.47
+// against 0.21-0.23 TFLOP/s on two cores) and avx512bf16 took 0.51x avx512's time at 4096 tokens,
+// 0.55-0.57x at 1024, 0.69-0.74x at 256, though 1.02-1.17x at 64 (docs/perf.md).
+CpuIsa default_isa(CpuIsa most_capable, const CpuFeatures& features);
 
 // Detects on the first call (and asks Linux for AMX permission when the CPU has AMX); later calls
 // return the same answer.
