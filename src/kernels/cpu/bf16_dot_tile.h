@@ -21,6 +21,7 @@
 
 #include <cstdint>
 
+#include "kernels/cpu/ahead_lines.h"
 #include "kernels/cpu/epilogue_rows.h"
 #include "kernels/cpu/tile_kernel.h"
 
@@ -36,6 +37,7 @@ constexpr double kBf16DotFlopsPerByte = 24;
 
 template <typename Ops, int kRows>
 void bf16_dot_pair(const TileArgs& t) {
+  AheadLines<true> ahead(t, 2);
   const uint16_t* a = static_cast<const uint16_t*>(t.a);
   const char* panel0 = static_cast<const char*>(t.pair);
   const char* panel1 = panel0 + t.panel_bytes;
@@ -50,6 +52,7 @@ void bf16_dot_pair(const TileArgs& t) {
     }
   }
   for (int64_t kk = t.k_begin / 2; kk < t.k_end / 2; ++kk) {
+    ahead.step();
     __builtin_prefetch(panel0 + (kk + kDotPrefetchSteps) * kDotStepBytes);
     __builtin_prefetch(panel1 + (kk + kDotPrefetchSteps) * kDotStepBytes);
     typename Ops::Weights w0, w1;
@@ -82,6 +85,12 @@ ExpertKernels bf16_dot_expert_kernels() {
   TileKernel kernel;
   kernel.a_dtype = DType::kBF16;
   kernel.max_rows = kBf16DotMaxRows;
+  // Decode chunks bring the next k block into L2 spread over the steps, as the avx512 kernel's do
+  // (fma_tile.h). Call by call against this kernel without it on AMD's Zen 4, Qwen3-30B-A3B
+  // (docs/perf.md): 0.67-0.95 of its time at 64 tokens in all eight processes; at 1 to 16 tokens
+  // medians 0.89-0.93 but 0.62-1.32 from process to process; level at 256.
+  kernel.spreads_prefetch = true;
+  kernel.prefetch_blocks = 1;
   kernel.run = &bf16_dot_rows<Ops, kBf16DotMaxRows>;
   ExpertKernels kernels;
   kernels.tile = kernel;

@@ -72,14 +72,14 @@ struct TileKernel {
   // call, which the amx kernel's long k loops then wait behind (a standalone loop streamed 10-25%
   // faster spread: 25.7 against 22 GB/s at 64 rows of k = 2048).
   bool spreads_prefetch = false;
-  // k blocks ahead that the driver prefetches into L2 (MOE_CPU_PREFETCH overrides both): in a
-  // short chunk (one row block, or up to whole_k_row_blocks, whose block is the whole of k: then
-  // the next pair), and in a longer one, in k blocks. The amx kernel takes 1 and 2, spread over its
-  // steps (2 against 1 in the long chunks: 133.8 against 143.6 ms at 4096 tokens and 247.2 against
-  // 270.5 at 8192 in one round, level in a noisier second; a second pair ahead of the whole-k
-  // chunks took 15-17% more time at 1024); avx512 1 in decode only, spread too (its
-  // kSpreadsPrefetch, fma_tile.h); the others 0, which the driver would otherwise ask for in one
-  // burst before each call: on an AVX-512 Xeon without AMX the hardware prefetcher (with the
+  // k blocks ahead that the driver prefetches into L2 (MOE_CPU_PREFETCH overrides both): in a short
+  // chunk (one row block, or up to whole_k_row_blocks, whose block is the whole of k: then the next
+  // pair), and in a longer one, in k blocks. The amx kernel takes 1 and 2, spread over its steps (2
+  // against 1 in the long chunks: 133.8 against 143.6 ms at 4096 tokens and 247.2 against 270.5 at
+  // 8192 in one round, level in a noisier second; a second pair ahead of the whole-k chunks took
+  // 15-17% more time at 1024); avx512 and avx512bf16 1 in decode only, spread too (fma_tile.h's
+  // kSpreadsPrefetch, bf16_dot_tile.h); the others 0, which the driver would otherwise ask for in
+  // one burst before each call: on an AVX-512 Xeon without AMX the hardware prefetcher (with the
   // kernels' own prefetch a few steps ahead) streamed faster than such bursts (call by call: 21-29%
   // less time at 1 to 64 tokens of Qwen3-30B-A3B, 7-13% at 256, equal from 1024 on; docs/perf.md).
   int64_t prefetch_blocks = 0;
