@@ -85,12 +85,17 @@ ExpertKernels bf16_dot_expert_kernels() {
   TileKernel kernel;
   kernel.a_dtype = DType::kBF16;
   kernel.max_rows = kBf16DotMaxRows;
-  // Decode chunks bring the next k block into L2 spread over the steps, as the avx512 kernel's do
-  // (fma_tile.h). Call by call against this kernel without it on AMD's Zen 4, Qwen3-30B-A3B
-  // (docs/perf.md): 0.67-0.95 of its time at 64 tokens in all eight processes; at 1 to 16 tokens
-  // medians 0.89-0.93 but 0.62-1.32 from process to process; level at 256.
+  // Every chunk brings the next k block into L2 spread over the steps. Call by call against this
+  // kernel without it on AMD's Zen 4, Qwen3-30B-A3B (docs/perf.md): in decode chunks, as the avx512
+  // kernel's do (fma_tile.h), 0.67-0.95 of its time at 64 tokens in all eight processes, at 1 to
+  // 16 tokens medians 0.89-0.93 but 0.62-1.32 from process to process. In longer chunks too, unlike
+  // the avx512 kernel (2.5% more time at 256 tokens on a Xeon, where its FMAs set the pace; here
+  // the dot products run at twice the FMAs' rate, and memory sets it): 0.76-0.81 of its time at
+  // 256 tokens, 0.91-0.95 at 1024, 0.97-0.99 at 4096 in six processes; two and three blocks ahead
+  // did no better.
   kernel.spreads_prefetch = true;
   kernel.prefetch_blocks = 1;
+  kernel.prefill_prefetch_blocks = 1;
   kernel.run = &bf16_dot_rows<Ops, kBf16DotMaxRows>;
   ExpertKernels kernels;
   kernels.tile = kernel;
