@@ -38,9 +38,9 @@ struct CpuFeatures {
 // `most_capable`: that path, except that avx512bf16 gives way to avx512 on CPUs other than AMD's.
 // There vdpbf16ps is no faster than the f32 FMAs (a Xeon with AVX512-BF16 and no AMX, call by
 // call: avx512bf16 1.12x avx512's time at 64 tokens, 1.65x at 1024; the Sapphire Rapids host:
-// 1.3-1.6x from 64 tokens on); on AMD's Zen 4 it does twice the FMAs' multiply-adds (0.44-0.47
-// against 0.21-0.23 TFLOP/s on two cores) and avx512bf16 took 0.51x avx512's time at 4096 tokens,
-// 0.55-0.57x at 1024, 0.69-0.74x at 256, though 1.02-1.17x at 64 (docs/perf.md).
+// 1.3-1.6x from 64 tokens on); on AMD's Zen 4 it does twice the FMAs' multiply-adds (0.41-0.47
+// against 0.21-0.23 TFLOP/s on two cores) and avx512bf16 took 0.50-0.51x avx512's time at 4096
+// tokens, 0.52x at 1024, 0.54-0.55x at 256 and 0.94-1.03x from 1 to 64 (docs/perf.md).
 CpuIsa default_isa(CpuIsa most_capable, const CpuFeatures& features);
 
 // Detects on the first call (and asks Linux for AMX permission when the CPU has AMX); later calls
