@@ -77,11 +77,12 @@ struct TileKernel {
   // pair), and in a longer one, in k blocks. The amx kernel takes 1 and 2, spread over its steps (2
   // against 1 in the long chunks: 133.8 against 143.6 ms at 4096 tokens and 247.2 against 270.5 at
   // 8192 in one round, level in a noisier second; a second pair ahead of the whole-k chunks took
-  // 15-17% more time at 1024); avx512 and avx512bf16 1 in decode only, spread too (fma_tile.h's
-  // kSpreadsPrefetch, bf16_dot_tile.h); the others 0, which the driver would otherwise ask for in
-  // one burst before each call: on an AVX-512 Xeon without AMX the hardware prefetcher (with the
-  // kernels' own prefetch a few steps ahead) streamed faster than such bursts (call by call: 21-29%
-  // less time at 1 to 64 tokens of Qwen3-30B-A3B, 7-13% at 256, equal from 1024 on; docs/perf.md).
+  // 15-17% more time at 1024); avx512 1 in decode only and avx512bf16 1 in every chunk, both spread
+  // too (fma_tile.h's kSpreadsPrefetch, bf16_dot_tile.h); the others 0, which the driver would
+  // otherwise ask for in one burst before each call: on an AVX-512 Xeon without AMX the hardware
+  // prefetcher (with the kernels' own prefetch a few steps ahead) streamed faster than such bursts
+  // (call by call: 21-29% less time at 1 to 64 tokens of Qwen3-30B-A3B, 7-13% at 256, equal from
+  // 1024 on; docs/perf.md).
   int64_t prefetch_blocks = 0;
   int64_t prefill_prefetch_blocks = 0;
   void (*run)(const TileArgs& args) = nullptr;
