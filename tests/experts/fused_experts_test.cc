@@ -369,10 +369,11 @@ ExpertsInputs first_tokens(const ExpertsInputs& in, int64_t tokens) {
 
 TEST(FusedExperts, ATokensResultDoesNotDependOnItsBatch) {
   // Skewed routing: in the full batch expert 0 holds dozens of rows (several tile blocks); in the
-  // first three tokens alone it holds at most three.
+  // first three tokens alone it holds at most three. gemm1's k of 600 spans three 256-k blocks,
+  // which a chunk of that many rows may take at once (tile_kernel.h: whole_k_from_row_blocks).
   ExpertsCase c;
   c.num_tokens = 60;
-  c.hidden_size = 40;
+  c.hidden_size = 600;
   c.intermediate_size = 20;
   c.num_experts = 6;
   c.top_k = 2;

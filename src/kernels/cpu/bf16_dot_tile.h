@@ -92,10 +92,12 @@ ExpertKernels bf16_dot_expert_kernels() {
   // the avx512 kernel (2.5% more time at 256 tokens on a Xeon, where its FMAs set the pace; here
   // the dot products run at twice the FMAs' rate, and memory sets it): 0.76-0.81 of its time at
   // 256 tokens, 0.91-0.95 at 1024, 0.97-0.99 at 4096 in six processes; two and three blocks ahead
-  // did no better.
+  // did no better. (Chunks of three row blocks or more have since taken the whole of k, their
+  // block ahead being the next pair: tile_kernel.h.)
   kernel.spreads_prefetch = true;
   kernel.prefetch_blocks = 1;
   kernel.prefill_prefetch_blocks = 1;
+  kernel.whole_k_from_row_blocks = 3;
   kernel.run = &bf16_dot_rows<Ops, kBf16DotMaxRows>;
   ExpertKernels kernels;
   kernels.tile = kernel;

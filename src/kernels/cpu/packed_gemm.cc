@@ -76,11 +76,14 @@ int64_t default_k_block(const PackedLayout& layout) {
 }
 
 // The k block of a chunk of `row_blocks` row blocks: default_k_block; the whole of k for a chunk
-// short enough for the kernel's whole_k_row_blocks (TileKernel says when that pays); or
-// MOE_CPU_KBLOCK (cpu_tuning.h).
+// short enough for the kernel's whole_k_row_blocks or long enough for its whole_k_from_row_blocks
+// (TileKernel says when each pays); or MOE_CPU_KBLOCK (cpu_tuning.h).
 int64_t k_block(const PackedLayout& layout, const TileKernel& kernel, int64_t row_blocks) {
   if (cpu_tuning().k_block > 0) return cpu_tuning().k_block;
   if (row_blocks <= kernel.whole_k_row_blocks) return layout.k_padded;
+  if (kernel.whole_k_from_row_blocks > 0 && row_blocks >= kernel.whole_k_from_row_blocks) {
+    return layout.k_padded;
+  }
   return default_k_block(layout);
 }
 
@@ -320,8 +323,9 @@ void run_item(const PackedGemmArgs& args, const ExpertKernels& kernels, const Ex
   const bool panels = panel < layout.k_padded;
   // The first row block over a k block reads the weights from memory or L2 and prefetches ahead
   // of its steps. A k block larger than the default (MOE_CPU_KBLOCK) leaves L1 between row blocks,
-  // so every row block prefetches; the whole of k (TileKernel::whole_k_row_blocks) is in L2 for
-  // the later row blocks, whose hardware prefetcher follows each panel's sequential tile loads.
+  // so every row block prefetches; the whole of k (TileKernel::whole_k_row_blocks and
+  // whole_k_from_row_blocks) is in L2 for the later row blocks, whose hardware prefetcher follows
+  // each panel's sequential loads.
   const bool whole_k = k_step >= layout.k_padded && cpu_tuning().k_block == 0;
   const bool block_fits_l1 =
       k_step * kPairWidth * static_cast<int64_t>(dtype_size(layout.dtype)) <= kPairBlockBytes;

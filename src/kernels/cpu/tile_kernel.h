@@ -67,6 +67,14 @@ struct TileKernel {
   // 2048, 131.4-132.7 against 150.1-151.2 at 4096, 487.7-489.1 against 558.6-562.9 at 16384 (3
   // instead of 2: level to 2% slower).
   int64_t whole_k_row_blocks = 0;
+  // Chunks of at least this many row blocks take the whole of k as well (0: none). The avx512bf16
+  // kernel takes 3: its sums then stay in registers over all of k, the later row blocks read the
+  // pair from L2 as their dot products need it, and the next pair streams in meanwhile; in chunks
+  // of one or two row blocks, paced by memory, it keeps the k blocks. On AMD's Zen 4
+  // (Qwen3-30B-A3B, docs/perf.md), call by call against 256-k blocks in every chunk: 0.91-0.96 of
+  // the time at 1024 tokens, 0.94-0.95 at 4096, 0.96-1.01 at 256 (the same kernel on both sides:
+  // 0.98-1.02); whole k in every chunk lost up to 4% at 256 tokens.
+  int64_t whole_k_from_row_blocks = 0;
   // run() brings TileArgs::ahead into L2 a few lines per k step, so the weights keep streaming from
   // memory while it computes; otherwise the driver asks for those lines in one burst before the
   // call, which the amx kernel's long k loops then wait behind (a standalone loop streamed 10-25%
