@@ -73,7 +73,7 @@ struct TileKernel {
   // of one or two row blocks, paced by memory, it keeps the k blocks. On AMD's Zen 4
   // (Qwen3-30B-A3B, docs/perf.md), call by call against 256-k blocks in every chunk: 0.91-0.96 of
   // the time at 1024 tokens, 0.94-0.95 at 4096, 0.96-1.01 at 256 (the same kernel on both sides:
-  // 0.98-1.02); whole k in every chunk lost up to 4% at 256 tokens.
+  // 0.97-1.02); whole k in every chunk lost up to 4% at 256 tokens.
   int64_t whole_k_from_row_blocks = 0;
   // run() brings TileArgs::ahead into L2 a few lines per k step, so the weights keep streaming from
   // memory while it computes; otherwise the driver asks for those lines in one burst before the
