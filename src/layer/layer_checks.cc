@@ -1,10 +1,17 @@
 #include "layer/layer_checks.h"
 
+#include <cmath>
+#include <limits>
+#include <tuple>
+
 #include "moe/error.h"
 
 namespace moe {
 
 namespace {
+
+// Pair ids and offsets are int32 in align and the expert kernels.
+constexpr int64_t kMaxPairs = std::numeric_limits<int32_t>::max();
 
 void check_optional(const Tensor& t, bool wanted, const char* name, const char* why) {
   if (wanted && !t.defined()) fail("layer weights: {} is missing; the config has {}", name, why);
@@ -61,7 +68,8 @@ ValidatedExperts validate_layer_weights(const MoeConfig& config, const LayerWeig
   return validate_experts(no_hidden, w.w13, w.w2, no_weights, no_ids, no_hidden, experts);
 }
 
-void check_cpu_layer_tokens(const TensorView& hidden, const TensorView& out, int64_t hidden_size) {
+void check_cpu_layer_tokens(const TensorView& hidden, const TensorView& out, int64_t hidden_size,
+                            int64_t top_k) {
   check_device(hidden, "hidden", Device::kCpu);
   check_contiguous(hidden, "hidden");
   check_rank(hidden, "hidden", 2);
@@ -70,10 +78,44 @@ void check_cpu_layer_tokens(const TensorView& hidden, const TensorView& out, int
     fail("hidden: expected [M, {}] (the layer's hidden size); got {}", hidden_size,
          shape_string(hidden.shape));
   }
+  if (hidden.numel() > 0 && hidden.data == nullptr) fail("hidden: data pointer is null");
+  const int64_t max_tokens = (kMaxPairs - 1) / top_k;
+  if (hidden.size(0) > max_tokens) {
+    fail("hidden: expected at most {} tokens (fewer than {} pairs at top_k {}); got {}", max_tokens,
+         kMaxPairs, top_k, hidden.size(0));
+  }
   check_device(out, "out", Device::kCpu);
   check_contiguous(out, "out");
   check_dtype(out, "out", {hidden.dtype});
   check_shape(out, "out", hidden.shape);
+  if (out.numel() > 0 && out.data == nullptr) fail("out: data pointer is null");
+}
+
+void check_cpu_layer_routing(const TensorView& topk_ids, const TensorView& topk_weights,
+                             int64_t num_tokens, int64_t top_k, int64_t num_experts) {
+  for (const auto& [t, name, dtype] : {std::tuple{&topk_ids, "topk_ids", DType::kI32},
+                                       std::tuple{&topk_weights, "topk_weights", DType::kF32}}) {
+    check_device(*t, name, Device::kCpu);
+    check_contiguous(*t, name);
+    check_dtype(*t, name, {dtype});
+    if (t->dim() != 2 || t->shape[0] != num_tokens || t->shape[1] != top_k) {
+      fail("{}: expected shape [{}, {}] (tokens of hidden, top_k of the layer); got {}", name,
+           num_tokens, top_k, shape_string(t->shape));
+    }
+    if (num_tokens > 0 && t->data == nullptr) fail("{}: data pointer is null", name);
+  }
+  const int32_t* ids = topk_ids.as<const int32_t>();
+  const float* weights = topk_weights.as<const float>();
+  for (int64_t p = 0; p < num_tokens * top_k; ++p) {
+    if (ids[p] < 0 || ids[p] >= num_experts) {
+      fail("topk_ids: expected expert ids in [0, {}); got {} at token {}, slot {}", num_experts,
+           ids[p], p / top_k, p % top_k);
+    }
+    if (!std::isfinite(weights[p])) {
+      fail("topk_weights: expected finite router weights; got {} at token {}, slot {}", weights[p],
+           p / top_k, p % top_k);
+    }
+  }
 }
 
 }  // namespace moe

@@ -23,7 +23,15 @@ ValidatedExperts validate_layer_weights(const MoeConfig& config, const LayerWeig
                                         const TensorView& expert_map = {});
 
 // A CPU layer's call: hidden [M, hidden_size] of f32, bf16 or f16 in host memory, out of the
-// same dtype and shape, both contiguous.
-void check_cpu_layer_tokens(const TensorView& hidden, const TensorView& out, int64_t hidden_size);
+// same dtype and shape, both contiguous, and fewer than 2^31 - 1 pairs (M * top_k), which the
+// kernels number in int32.
+void check_cpu_layer_tokens(const TensorView& hidden, const TensorView& out, int64_t hidden_size,
+                            int64_t top_k);
+
+// The routing a caller hands a CPU layer for M tokens: topk_ids [M, top_k] int32 with ids in
+// [0, num_experts) and topk_weights [M, top_k] f32, finite, both contiguous in host memory.
+// Nothing is allocated.
+void check_cpu_layer_routing(const TensorView& topk_ids, const TensorView& topk_weights,
+                             int64_t num_tokens, int64_t top_k, int64_t num_experts);
 
 }  // namespace moe

@@ -61,18 +61,6 @@ int64_t LayerWeights::nbytes() const {
 
 namespace {
 
-// [M, k] of `dtype` on the CPU, checked without building a Shape (no allocation per call).
-void check_routing_tensor(const TensorView& t, const char* name, DType dtype, int64_t M,
-                          int64_t k) {
-  check_device(t, name, Device::kCpu);
-  check_contiguous(t, name);
-  check_dtype(t, name, {dtype});
-  if (t.dim() != 2 || t.shape[0] != M || t.shape[1] != k) {
-    fail("{}: expected shape [{}, {}] (tokens of hidden, top_k of the layer); got {}", name, M, k,
-         shape_string(t.shape));
-  }
-}
-
 double microseconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
       .count();
@@ -177,7 +165,7 @@ void MoeLayer::forward(const TensorView& hidden, const TensorView& out, void* cu
     return;
   }
 #endif
-  check_cpu_layer_tokens(hidden, out, H);
+  check_cpu_layer_tokens(hidden, out, H, k);
 
   State& s = *state_;
   const int64_t M = hidden.size(0);
@@ -247,19 +235,10 @@ void MoeLayer::forward_experts(const TensorView& hidden, const TensorView& topk_
   if (options_.backend == Backend::kCuda) {
     fail("forward_experts: not implemented on the CUDA backend yet; use forward()");
   }
-  check_cpu_layer_tokens(hidden, out, H);
-  const int64_t M = hidden.size(0);
-  check_routing_tensor(topk_ids, "topk_ids", DType::kI32, M, k);
-  check_routing_tensor(topk_weights, "topk_weights", DType::kF32, M, k);
-  const int32_t* ids = topk_ids.as<int32_t>();
-  for (int64_t p = 0; p < M * k; ++p) {
-    if (ids[p] < 0 || ids[p] >= E) {
-      fail("topk_ids: expected expert ids in [0, {}); got {} at token {}, slot {}", E, ids[p],
-           p / k, p % k);
-    }
-  }
+  check_cpu_layer_tokens(hidden, out, H, k);
+  check_cpu_layer_routing(topk_ids, topk_weights, hidden.size(0), k, E);
   times_ = StageTimes{};
-  run_experts(hidden, ids, topk_weights.as<float>(), out);
+  run_experts(hidden, topk_ids.as<int32_t>(), topk_weights.as<float>(), out);
 }
 
 Tensor MoeLayer::forward(const TensorView& hidden) {

@@ -1,6 +1,7 @@
 #include "ops/experts_validation.h"
 
 #include <cmath>
+#include <limits>
 
 #include "kernels/cpu/fused_experts.h"
 #include "moe/error.h"
@@ -10,6 +11,7 @@ namespace moe {
 namespace {
 
 constexpr std::initializer_list<DType> kFloatTypes = {DType::kF32, DType::kBF16, DType::kF16};
+constexpr int64_t kMaxPairs = std::numeric_limits<int32_t>::max();
 
 // Every tensor of one call lives on hidden's device.
 void check_tensor(const TensorView& t, const char* name, Device device) {
@@ -37,6 +39,12 @@ void check_topk(const TensorView& topk_weights, const TensorView& topk_ids, int6
   check_dtype(topk_ids, "topk_ids", {DType::kI32});
   check_dtype(topk_weights, "topk_weights", {DType::kF32});
   check_rank(topk_ids, "topk_ids", 2);
+  if (topk_ids.numel() >= kMaxPairs) {
+    fail(
+        "topk_ids: expected fewer than {} pairs (M * k), which the kernels number in int32; got "
+        "shape {}",
+        kMaxPairs, shape_string(topk_ids.shape));
+  }
   if (topk_ids.size(0) != num_tokens) {
     fail("topk_ids: expected {} rows (one per token of hidden); got shape {}", num_tokens,
          shape_string(topk_ids.shape));
@@ -108,6 +116,29 @@ void check_shared(const SharedExpertWeights& shared, DType weight_dtype, int64_t
 }
 
 // What the CUDA backend runs today; the rest is refused before launch rather than done wrong.
+// The kernels dispatch on the activation without a default, so a value outside the enum (a
+// cast, a stale binding) is stopped here; the clamped SwiGLU's parameters as MoeConfig's are.
+void check_activation(const ExpertsOptions& options) {
+  switch (options.activation) {
+    case Activation::kSilu:
+    case Activation::kGelu:
+    case Activation::kGeluTanh:
+      return;
+    case Activation::kClampedSwiglu:
+      if (!(options.swiglu_limit > 0) || !std::isfinite(options.swiglu_limit)) {
+        fail("swiglu_limit: expected a positive finite number for the clamped SwiGLU; got {}",
+             options.swiglu_limit);
+      }
+      if (!std::isfinite(options.swiglu_alpha)) {
+        fail("swiglu_alpha: expected a finite number for the clamped SwiGLU; got {}",
+             options.swiglu_alpha);
+      }
+      return;
+  }
+  fail("activation: expected silu, gelu, gelu_tanh or clamped_swiglu; got the value {}",
+       static_cast<int>(options.activation));
+}
+
 void check_cuda_support(const ExpertsOptions& options, DType hidden_dtype, DType weight_dtype) {
   if (hidden_dtype != DType::kBF16 || weight_dtype != DType::kBF16) {
     fail("fused_experts on CUDA: expected bf16 hidden and weights; got hidden {}, weights {}",
@@ -175,6 +206,7 @@ ValidatedExperts validate_experts(const TensorView& hidden, const TensorView& w1
   check_dtype(out, "out", {hidden.dtype});
   check_shape(out, "out", hidden.shape);
 
+  check_activation(options);
   if (device == Device::kCuda) check_cuda_support(options, hidden.dtype, w13.dtype);
   pb.w13_bias = bias_f32(options.w13_bias, "w13_bias", pb.num_local_experts, two_i, v.w13_bias_f32);
   pb.w2_bias =

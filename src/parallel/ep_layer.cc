@@ -188,7 +188,7 @@ void EpMoeLayer::reset_stats(int64_t num_tokens, DType dtype) {
 }
 
 void EpMoeLayer::forward(const TensorView& hidden, const TensorView& out) {
-  check_cpu_layer_tokens(hidden, out, config_.experts.hidden_size);
+  check_cpu_layer_tokens(hidden, out, config_.experts.hidden_size, config_.routing.top_k);
   State& s = *state_;
   const int64_t M = hidden.size(0);
   reset_stats(M, hidden.dtype);
@@ -212,25 +212,13 @@ void EpMoeLayer::forward(const TensorView& hidden, const TensorView& out) {
 
 void EpMoeLayer::forward_routed(const TensorView& hidden, const TensorView& topk_ids,
                                 const TensorView& topk_weights, const TensorView& out) {
-  check_cpu_layer_tokens(hidden, out, config_.experts.hidden_size);
-  const int64_t M = hidden.size(0), k = config_.routing.top_k, E = config_.routing.num_experts;
-  const auto check_routing = [&](const TensorView& t, const char* name, DType dtype) {
-    check_device(t, name, Device::kCpu);
-    check_contiguous(t, name);
-    check_dtype(t, name, {dtype});
-    check_shape(t, name, {M, k});
-  };
-  check_routing(topk_ids, "topk_ids", DType::kI32);
-  check_routing(topk_weights, "topk_weights", DType::kF32);
+  const int64_t k = config_.routing.top_k, E = config_.routing.num_experts;
+  check_cpu_layer_tokens(hidden, out, config_.experts.hidden_size, k);
+  const int64_t M = hidden.size(0);
   // Untrusted ids are checked here, once, before any peer sees them: the dispatch plan indexes
   // its tables with them.
-  const int32_t* ids = static_cast<const int32_t*>(topk_ids.data);
-  for (int64_t p = 0; p < M * k; ++p) {
-    if (ids[p] < 0 || ids[p] >= E) {
-      fail("topk_ids: expected expert ids in [0, {}); got {} at token {}, j {}", E, ids[p], p / k,
-           p % k);
-    }
-  }
+  check_cpu_layer_routing(topk_ids, topk_weights, M, k, E);
+  const auto* ids = static_cast<const int32_t*>(topk_ids.data);
   State& s = *state_;
   reset_stats(M, hidden.dtype);
   // memmove: the caller may pass last_topk_ids() and last_topk_weights() back.

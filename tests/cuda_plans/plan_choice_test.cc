@@ -18,6 +18,7 @@
 #include <gtest/gtest.h>
 
 #include "common/expect_error.h"
+#include "kernels/cuda/align_block_size.h"
 #include "kernels/cuda/decode_experts.h"
 #include "kernels/cuda/grouped_gemm.h"
 #include "ops/embedded_cuda_plans.h"
@@ -260,6 +261,37 @@ TEST(CudaPlanChoiceRules, TunedPlansRunOnlyWhereTheyCan) {
   const ExpertsProblem unaligned = small_problem(64, 60);
   EXPECT_EQ(choose(unaligned), untuned(unaligned));
   EXPECT_NE(choose(unaligned), "mma/32");
+
+  // And rows that start on 16-byte boundaries: hidden or a weight tensor one element past one (a
+  // slice) takes the stream kernel, whatever the table or the default rule would pick.
+  alignas(16) static const uint16_t rows[16] = {};
+  for (const int which : {0, 1, 2}) {
+    ExpertsProblem shifted = small_problem(64);
+    (which == 0 ? shifted.hidden : which == 1 ? shifted.w13 : shifted.w2) = rows + 1;
+    SCOPED_TRACE(which);
+    EXPECT_EQ(choose(shifted), "stream/16");
+    EXPECT_EQ(untuned(shifted), "stream/16");
+    EXPECT_NE(cuda::why_plan_cannot_run({GemmKernel::kMma, 32, false}, shifted)
+                  .find("16-byte aligned hidden and weights"),
+              std::string::npos);
+    EXPECT_EQ(cuda::why_plan_cannot_run({GemmKernel::kStream, 16, false}, shifted), "");
+  }
+}
+
+TEST(CudaPlanChoiceRules, AlignedPlansTakeAtMostTheExpertsAlignTakes) {
+  ExpertsProblem problem = small_problem(64);
+  problem.num_experts = cuda::kMaxAlignExperts;
+  EXPECT_EQ(cuda::why_plan_cannot_run({GemmKernel::kStream, 16, false}, problem), "");
+  problem.num_experts = cuda::kMaxAlignExperts + 1;
+  for (const ExpertsPlan& plan :
+       {ExpertsPlan{GemmKernel::kStream, 16, false}, ExpertsPlan{GemmKernel::kMma, 32, false}}) {
+    EXPECT_NE(cuda::why_plan_cannot_run(plan, problem).find("at most 8192 experts; got 8193"),
+              std::string::npos)
+        << plan_name(plan);
+  }
+  // The tiny batch aligns nothing (and is the default here: 128 pairs over 8193 experts).
+  EXPECT_EQ(plan_name(cuda::default_plan(problem)), "tiny/1");
+  EXPECT_EQ(cuda::why_plan_cannot_run({GemmKernel::kStream, 1, true}, problem), "");
 }
 
 }  // namespace

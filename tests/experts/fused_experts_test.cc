@@ -525,6 +525,23 @@ TEST(FusedExperts, BadInputNamesTheArgument) {
     static int32_t map[8] = {0, 1, 2, 3, 4, 5, 6, 9};
     o.expert_map = TensorView(map, DType::kI32, {8});
   });
+  // A value outside the enum (the kernels switch on it without a default), and the clamped
+  // SwiGLU's parameters as MoeConfig checks them.
+  expect_mutation_error("activation", [](V&, V&, V&, V&, V&, V&, O& o) {
+    o.activation = static_cast<Activation>(42);
+  });
+  expect_mutation_error("swiglu_limit", [](V&, V&, V&, V&, V&, V&, O& o) {
+    o.activation = Activation::kClampedSwiglu;
+    o.swiglu_limit = std::numeric_limits<float>::quiet_NaN();
+  });
+  expect_mutation_error("swiglu_alpha", [](V&, V&, V&, V&, V&, V&, O& o) {
+    o.activation = Activation::kClampedSwiglu;
+    o.swiglu_alpha = INFINITY;
+  });
+  // More pairs than int32 numbers (the shape alone; no id is read).
+  expect_mutation_error("fewer than 2147483647 pairs", [](V&, V&, V&, V& w, V& ids, V&, O&) {
+    ids.shape = w.shape = {std::numeric_limits<int32_t>::max(), 1};
+  });
 }
 
 TEST(FusedExperts, TopKLargerThanExpertCountIsAnError) {

@@ -143,6 +143,42 @@ TEST(MoeLayer, ForwardExpertsOnTheLayersOwnRoutingIsForward) {
                {"topk_ids"});
 }
 
+// Calls a layer cannot take fail with the argument named, before anything is read: no data
+// behind hidden, out or the routing, more pairs than int32 numbers, a weight that is not finite.
+TEST(MoeLayer, BadCallsNameTheArgument) {
+  const MoeConfig config = small_config("qwen3");
+  const LayerWeights weights = synthetic_layer_weights(config, DType::kF32, 1);
+  MoeLayer layer(config, weights, LayerOptions{Backend::kCpu, 1, 0});
+  const int64_t H = config.experts.hidden_size, k = config.routing.top_k;
+  const Tensor hidden = random_normal(DType::kF32, {3, H}, 5);
+  Tensor out(DType::kF32, {3, H});
+  const TensorView no_rows(nullptr, DType::kF32, {3, H});
+  expect_error([&] { layer.forward(no_rows, out); }, {"hidden", "null"});
+  expect_error([&] { layer.forward(hidden, no_rows); }, {"out", "null"});
+  // A shape whose pairs int32 cannot number; its data is never read.
+  const int64_t too_many = std::numeric_limits<int32_t>::max() / k + 1;
+  const TensorView huge(hidden.data<float>(), DType::kF32, {too_many, H});
+  expect_error([&] { layer.forward(huge, huge); }, {"hidden", std::to_string(too_many), "pairs"});
+
+  layer.forward(hidden, out);
+  const Tensor ids = Tensor::copy_of(layer.last_topk_ids(), DType::kI32);
+  const Tensor weights_of_pairs = Tensor::copy_of(layer.last_topk_weights(), DType::kF32);
+  expect_error(
+      [&] {
+        layer.forward_experts(hidden, TensorView(nullptr, DType::kI32, {3, k}), weights_of_pairs,
+                              out);
+      },
+      {"topk_ids", "null"});
+  expect_error(
+      [&] {
+        layer.forward_experts(hidden, ids, TensorView(nullptr, DType::kF32, {3, k}), out);
+      },
+      {"topk_weights", "null"});
+  weights_of_pairs.data<float>()[k + 1] = std::numeric_limits<float>::quiet_NaN();
+  expect_error([&] { layer.forward_experts(hidden, ids, weights_of_pairs, out); },
+               {"topk_weights", "finite", "token 1, slot 1"});
+}
+
 TEST(MoeLayer, ReusesItsWorkspaceAcrossBatchSizes) {
   const MoeConfig config = small_config("qwen3");
   const LayerWeights weights = synthetic_layer_weights(config, DType::kF32, 1);

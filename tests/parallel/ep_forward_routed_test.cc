@@ -136,7 +136,7 @@ TEST(EpForwardRouted, RejectsBadRoutingBeforeCommunicating) {
       ids.data<int32_t>()[k + 1] = bad;
       testing::expect_error(
           [&] { layer.forward_routed(mine, ids, weights, out); },
-          {"topk_ids", fmt::format("[0, {})", E), fmt::format("got {} at token 1, j 1", bad)});
+          {"topk_ids", fmt::format("[0, {})", E), fmt::format("got {} at token 1, slot 1", bad)});
       ids.data<int32_t>()[k + 1] = kept;
     }
     const Tensor short_weights(DType::kF32, {mine.size(0), k - 1});

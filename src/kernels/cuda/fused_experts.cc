@@ -115,13 +115,20 @@ class StageClock {
   std::array<cudaEvent_t, 5> events_{};
 };
 
+// The tensor-core and decode kernels read hidden's and the weights' rows in whole 16-byte chunks
+// (a tensor whose data starts at an odd element, a slice say, does not qualify); the stream
+// kernel and the tiny batch's gemm2 take any rows.
+bool rows_in_16_byte_chunks(const ExpertsProblem& problem) {
+  return problem.hidden_size % 8 == 0 && problem.intermediate_size % 8 == 0 &&
+         aligned16(problem.hidden) && aligned16(problem.w13) && aligned16(problem.w2);
+}
+
 }  // namespace
 
 ExpertsPlan default_plan(const ExpertsProblem& problem) {
   const int64_t pairs = problem.num_pairs();
   const int64_t experts = std::max<int64_t>(problem.num_local_experts, 1);
   const double rows_per_expert = static_cast<double>(pairs) / static_cast<double>(experts);
-  const bool rows_aligned = problem.hidden_size % 8 == 0 && problem.intermediate_size % 8 == 0;
   // Chosen from sweeps of every plan on an H200 (docs/perf.md), Qwen3-30B-A3B and DeepSeek-V3
   // shapes; the boundaries fell at the same rows per expert for both but the tiny batch's.
   if (pairs * 2 <= problem.num_experts && problem.expert_map == nullptr) {
@@ -136,7 +143,7 @@ ExpertsPlan default_plan(const ExpertsProblem& problem) {
     // half.
     return {GemmKernel::kStream, 1, true};
   }
-  if (!rows_aligned) return {GemmKernel::kStream, kMaxStreamRows, false};
+  if (!rows_in_16_byte_chunks(problem)) return {GemmKernel::kStream, kMaxStreamRows, false};
   // On Hopper the tma kernel streams each active expert's weights at the stream kernel's speed
   // or better (16 tokens: equal for DeepSeek-V3, 7% faster for Qwen3), so it takes over as soon
   // as the tiny batch ends.
@@ -173,6 +180,13 @@ ExpertsPlan default_plan(const ExpertsProblem& problem) {
 }
 
 std::string why_plan_cannot_run(const ExpertsPlan& plan, const ExpertsProblem& problem) {
+  if (!plan.tiny_batch && problem.num_experts > kMaxAlignExperts) {
+    // Said here, before anything is queued, rather than by the align launch.
+    return fmt::format(
+        "every plan but the tiny batch aligns its pairs, which on CUDA takes at most {} experts; "
+        "got {}",
+        kMaxAlignExperts, problem.num_experts);
+  }
   if (plan.tiny_batch && (plan.block_m != 1 || problem.expert_map != nullptr)) {
     return fmt::format("the tiny-batch path needs block_m 1 and no expert map; got block_m {}{}",
                        plan.block_m, problem.expert_map != nullptr ? " with an expert map" : "");
@@ -186,8 +200,7 @@ std::string why_plan_cannot_run(const ExpertsPlan& plan, const ExpertsProblem& p
       return fmt::format("the decode kernel takes at most {} tokens; got {}", kDecodeMaxTokens,
                          problem.num_tokens);
     }
-    if (problem.hidden_size % 8 != 0 || problem.intermediate_size % 8 != 0 ||
-        !aligned16(problem.hidden) || !aligned16(problem.w13) || !aligned16(problem.w2)) {
+    if (!rows_in_16_byte_chunks(problem)) {
       return fmt::format(
           "the decode kernel needs H and I multiples of 8 and 16-byte aligned hidden and weights; "
           "got H {}, I {}",
@@ -213,9 +226,11 @@ std::string why_plan_cannot_run(const ExpertsPlan& plan, const ExpertsProblem& p
       return fmt::format("the tensor-core kernel takes block_m 16, 32, 64 or 128; got {}",
                          plan.block_m);
     }
-    if (problem.hidden_size % 8 != 0 || problem.intermediate_size % 8 != 0) {
-      return fmt::format("the tensor-core kernel needs H and I multiples of 8; got H {}, I {}",
-                         problem.hidden_size, problem.intermediate_size);
+    if (!rows_in_16_byte_chunks(problem)) {
+      return fmt::format(
+          "the tensor-core kernels need H and I multiples of 8 and 16-byte aligned hidden and "
+          "weights; got H {}, I {}",
+          problem.hidden_size, problem.intermediate_size);
     }
   }
   return {};
