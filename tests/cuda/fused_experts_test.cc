@@ -8,11 +8,13 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <tuple>
 
 #include "common/expect_error.h"
 #include "common/random_tensors.h"
 #include "cuda/device_tensor.h"
 #include "experts/experts_case.h"
+#include "kernels/cuda/align_block_size.h"
 #include "kernels/cuda/decode_experts.h"
 #include "kernels/cuda/fused_experts.h"
 #include "moe/experts.h"
@@ -314,6 +316,36 @@ TEST_F(CudaFusedExperts, TailBlocksMatchTheReference) {
   }
 }
 
+// An expert map may send two experts to one local expert (here 2j and 2j + 1 to j): their blocks
+// then follow each other under one local id, a short block among them that is no tail of a full
+// one: 40 rows then 20, 100 then 1, 129 then 32 (the 1-row block a tail, the 32-row one not),
+// beside a full block then 20 (a tail). tma_dynamic/128 runs first, so that no other plan's
+// buffers from this test hold the right values where it would leave rows unwritten.
+TEST_F(CudaFusedExperts, TwoExpertsOnOneLocalExpertMatchTheReference) {
+  if (!cuda::wgmma_available()) GTEST_SKIP() << "the tma kernels need an sm_90 GPU";
+  const std::vector<int32_t> counts = {40, 20, 128, 20, 100, 1, 129, 32, 0, 34};
+  for (const auto& [H, I, seed] : {std::tuple{264, 136, 380}, std::tuple{72, 2048, 381}}) {
+    int64_t pairs = 0;
+    for (int32_t count : counts) pairs += count;
+    const auto E = static_cast<int64_t>(counts.size());
+    const ExpertsCase c = bf16_case(pairs / 2, H, I, E, 2, seed);
+    SCOPED_TRACE(c.describe());
+    ExpertsInputs in = testing::make_inputs(c);
+    route_exactly(in, counts);
+    in.expert_map = Tensor(DType::kI32, {E});
+    for (int64_t e = 0; e < E; ++e) in.expert_map.data<int32_t>()[e] = static_cast<int32_t>(e / 2);
+    in.options.expert_map = in.expert_map;
+    const Tensor want = testing::run_reference_f32(in);
+    for (const cuda::GemmKernel kernel :
+         {cuda::GemmKernel::kTmaDynamic, cuda::GemmKernel::kTma, cuda::GemmKernel::kTmaEager,
+          cuda::GemmKernel::kTmaPair}) {
+      const cuda::ExpertsPlan plan{kernel, 128, false};
+      expect_close(Tensor::copy_of(run_plan(in, plan), DType::kF32), want,
+                   cuda_plans::plan_name(plan));
+    }
+  }
+}
+
 // tma_dynamic takes its tiles from a counter that each launch leaves zero for the next (no memset
 // runs before it): one runner on routing A, B, then A again, with more tiles than a GPU has
 // multiprocessors and a batch of two chunks, matches the reference each time and gives A's bits
@@ -571,6 +603,44 @@ TEST_F(CudaFusedExperts, BadIdTouchesOnlyItsToken) {
   }
 }
 
+// A device copy of `host` whose data starts one element past a 16-byte boundary, as a slice of a
+// larger tensor may.
+struct ShiftedCopy {
+  explicit ShiftedCopy(const Tensor& host) {
+    const size_t element = dtype_size(host.dtype());
+    Tensor flat(host.dtype(), {host.numel() + 1});
+    std::memcpy(flat.data<char>() + element, host.data<char>(), host.nbytes());
+    buffer = DeviceTensor(flat);
+    view = buffer.view();
+    view.data = static_cast<char*>(view.data) + element;
+    view.shape = host.shape();
+  }
+  DeviceTensor buffer;
+  TensorView view;
+};
+
+// hidden and the weights off their 16-byte alignment: the tensor-core kernels cannot read them,
+// so the call runs the stream kernel (whatever the plan table says), and a tensor-core plan asked
+// for by name says why it cannot run before anything is queued.
+TEST_F(CudaFusedExperts, RowsOffTheirAlignmentRunTheStreamKernel) {
+  const ExpertsInputs in = testing::make_inputs(bf16_case(256, 64, 32, 8, 2, 51));
+  const ShiftedCopy hidden(in.hidden), w13(in.w13), w2(in.w2);
+  OnDevice d = to_device(in);
+  fused_experts(hidden.view, w13.view, w2.view, d.topk_weights, d.topk_ids, d.out, d.options);
+  expect_close(Tensor::copy_of(d.out.to_host(), DType::kF32), testing::run_reference_f32(in),
+               "rows off their alignment");
+
+  const ValidatedExperts v = validate_experts(hidden.view, w13.view, w2.view, d.topk_weights,
+                                              d.topk_ids, d.out, d.options);
+  EXPECT_EQ(cuda::default_plan(v.problem).kernel, cuda::GemmKernel::kStream);
+  cuda::ExpertsRunner runner;
+  testing::expect_error(
+      [&] {
+        runner.run(v.problem, {cuda::GemmKernel::kMma, 64, false}, nullptr);
+      },
+      {"plan", "16-byte aligned hidden and weights"});
+}
+
 TEST_F(CudaFusedExperts, RejectsBadInputBeforeLaunch) {
   const ExpertsInputs in = testing::make_inputs(bf16_case(4, 64, 32, 8, 2, 41));
   OnDevice d = to_device(in);
@@ -592,6 +662,18 @@ TEST_F(CudaFusedExperts, RejectsBadInputBeforeLaunch) {
   testing::expect_error(
       [&] { fused_experts(d.hidden, d.w13, d.w2, d.topk_weights, d.topk_ids, d.out, cpu); },
       {"backend"});
+  // More experts than align takes on CUDA (an expert map of 8193, the 8 local ones first): said
+  // by the plan check, not by a failed launch.
+  Tensor wide_map(DType::kI32, {cuda::kMaxAlignExperts + 1});
+  for (int64_t e = 0; e < wide_map.numel(); ++e) {
+    wide_map.data<int32_t>()[e] = e < 8 ? static_cast<int32_t>(e) : -1;
+  }
+  const DeviceTensor wide_map_on_device(wide_map);
+  ExpertsOptions wide = d.options;
+  wide.expert_map = wide_map_on_device;
+  testing::expect_error(
+      [&] { fused_experts(d.hidden, d.w13, d.w2, d.topk_weights, d.topk_ids, d.out, wide); },
+      {"plan", "at most 8192 experts", "8193"});
 }
 
 }  // namespace

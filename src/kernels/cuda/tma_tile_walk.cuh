@@ -60,15 +60,21 @@ struct TileWalk {
   }
 
   // merge_tails: whether `block` is a tail, its expert's last block after a full one, with at most
-  // kTmaTailRows rows (a block holds its pairs first, then padding).
+  // kTmaTailRows rows (a block holds its pairs first, then padding). The block before must be
+  // seen to be full, not only to serve the same local expert: an expert map may send two experts
+  // to one local expert, whose blocks then follow each other with a short one between, and the
+  // tile of a block of at most 64 rows leaves its upper warpgroup (and so half a tail's columns)
+  // idle.
+  // The four words are asked for together, so that the check waits on one load's latency.
   __device__ bool is_tail(int64_t block) const {
     if (kBlockM != 128 || !a.merge_tails || block < 1 || block >= num_blocks) return false;
     const int32_t expert = a.expert_ids[block];
-    if (expert < 0 || expert >= a.num_local_experts || a.expert_ids[block - 1] != expert) {
-      return false;
-    }
-    const int32_t pair = a.sorted_pair_ids[block * kBlockM + kTmaTailRows];
-    return pair < 0 || pair >= a.num_pairs;
+    const int32_t expert_before = a.expert_ids[block - 1];
+    const int32_t last_row_before = a.sorted_pair_ids[block * kBlockM - 1];
+    const int32_t first_row_past_a_tail = a.sorted_pair_ids[block * kBlockM + kTmaTailRows];
+    const auto is_pair = [&](int32_t row) { return row >= 0 && row < a.num_pairs; };
+    return expert >= 0 && expert < a.num_local_experts && expert_before == expert &&
+           is_pair(last_row_before) && !is_pair(first_row_past_a_tail);
   }
 
   // A tail is no tile of its own; the block before it takes its rows.
