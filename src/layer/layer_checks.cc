@@ -1,6 +1,5 @@
 #include "layer/layer_checks.h"
 
-#include <cmath>
 #include <limits>
 #include <tuple>
 
@@ -104,18 +103,8 @@ void check_cpu_layer_routing(const TensorView& topk_ids, const TensorView& topk_
     }
     if (num_tokens > 0 && t->data == nullptr) fail("{}: data pointer is null", name);
   }
-  const int32_t* ids = topk_ids.as<const int32_t>();
-  const float* weights = topk_weights.as<const float>();
-  for (int64_t p = 0; p < num_tokens * top_k; ++p) {
-    if (ids[p] < 0 || ids[p] >= num_experts) {
-      fail("topk_ids: expected expert ids in [0, {}); got {} at token {}, slot {}", num_experts,
-           ids[p], p / top_k, p % top_k);
-    }
-    if (!std::isfinite(weights[p])) {
-      fail("topk_weights: expected finite router weights; got {} at token {}, slot {}", weights[p],
-           p / top_k, p % top_k);
-    }
-  }
+  check_routing_values(topk_ids.as<const int32_t>(), topk_weights.as<const float>(),
+                       num_tokens * top_k, top_k, num_experts);
 }
 
 }  // namespace moe

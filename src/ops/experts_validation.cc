@@ -58,18 +58,8 @@ void check_topk(const TensorView& topk_weights, const TensorView& topk_ids, int6
   // Device memory is not read here (that would synchronize): the CUDA kernels skip ids outside
   // [0, E) instead, so such a pair adds nothing and touches no other token.
   if (device != Device::kCpu) return;
-  const int32_t* ids = topk_ids.as<int32_t>();
-  const float* weights = topk_weights.as<float>();
-  for (int64_t p = 0; p < topk_ids.numel(); ++p) {
-    if (ids[p] < 0 || ids[p] >= num_experts) {
-      fail("topk_ids: expected expert ids in [0, {}); got {} at token {}, slot {}", num_experts,
-           ids[p], p / k, p % k);
-    }
-    if (!std::isfinite(weights[p])) {
-      fail("topk_weights: expected finite router weights; got {} at token {}, slot {}", weights[p],
-           p / k, p % k);
-    }
-  }
+  check_routing_values(topk_ids.as<int32_t>(), topk_weights.as<float>(), topk_ids.numel(), k,
+                       num_experts);
 }
 
 void check_expert_map(const TensorView& map, int64_t num_local_experts, Device device) {
@@ -160,6 +150,20 @@ void check_cuda_support(const ExpertsOptions& options, DType hidden_dtype, DType
 }
 
 }  // namespace
+
+void check_routing_values(const int32_t* topk_ids, const float* topk_weights, int64_t num_pairs,
+                          int64_t top_k, int64_t num_experts) {
+  for (int64_t p = 0; p < num_pairs; ++p) {
+    if (topk_ids[p] < 0 || topk_ids[p] >= num_experts) {
+      fail("topk_ids: expected expert ids in [0, {}); got {} at token {}, slot {}", num_experts,
+           topk_ids[p], p / top_k, p % top_k);
+    }
+    if (!std::isfinite(topk_weights[p])) {
+      fail("topk_weights: expected finite router weights; got {} at token {}, slot {}",
+           topk_weights[p], p / top_k, p % top_k);
+    }
+  }
+}
 
 ValidatedExperts validate_experts(const TensorView& hidden, const TensorView& w13,
                                   const TensorView& w2, const TensorView& topk_weights,

@@ -15,6 +15,11 @@ struct ValidatedExperts {
   Tensor w2_bias_f32;
 };
 
+// Host routing of num_pairs (token, slot) pairs, top_k a token: each id in [0, num_experts),
+// each weight finite; throws moe::Error naming the first bad pair.
+void check_routing_values(const int32_t* topk_ids, const float* topk_weights, int64_t num_pairs,
+                          int64_t top_k, int64_t num_experts);
+
 // Throws moe::Error naming the first bad argument; otherwise returns the problem to run.
 ValidatedExperts validate_experts(const TensorView& hidden, const TensorView& w13,
                                   const TensorView& w2, const TensorView& topk_weights,
