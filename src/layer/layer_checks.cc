@@ -1,6 +1,5 @@
 #include "layer/layer_checks.h"
 
-#include <limits>
 #include <tuple>
 
 #include "moe/error.h"
@@ -8,9 +7,6 @@
 namespace moe {
 
 namespace {
-
-// Pair ids and offsets are int32 in align and the expert kernels.
-constexpr int64_t kMaxPairs = std::numeric_limits<int32_t>::max();
 
 void check_optional(const Tensor& t, bool wanted, const char* name, const char* why) {
   if (wanted && !t.defined()) fail("layer weights: {} is missing; the config has {}", name, why);

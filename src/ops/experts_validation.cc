@@ -1,7 +1,6 @@
 #include "ops/experts_validation.h"
 
 #include <cmath>
-#include <limits>
 
 #include "kernels/cpu/fused_experts.h"
 #include "moe/error.h"
@@ -11,7 +10,6 @@ namespace moe {
 namespace {
 
 constexpr std::initializer_list<DType> kFloatTypes = {DType::kF32, DType::kBF16, DType::kF16};
-constexpr int64_t kMaxPairs = std::numeric_limits<int32_t>::max();
 
 // Every tensor of one call lives on hidden's device.
 void check_tensor(const TensorView& t, const char* name, Device device) {
@@ -105,7 +103,6 @@ void check_shared(const SharedExpertWeights& shared, DType weight_dtype, int64_t
   }
 }
 
-// What the CUDA backend runs today; the rest is refused before launch rather than done wrong.
 // The kernels dispatch on the activation without a default, so a value outside the enum (a
 // cast, a stale binding) is stopped here; the clamped SwiGLU's parameters as MoeConfig's are.
 void check_activation(const ExpertsOptions& options) {
@@ -129,6 +126,7 @@ void check_activation(const ExpertsOptions& options) {
        static_cast<int>(options.activation));
 }
 
+// What the CUDA backend runs today; the rest is refused before launch rather than done wrong.
 void check_cuda_support(const ExpertsOptions& options, DType hidden_dtype, DType weight_dtype) {
   if (hidden_dtype != DType::kBF16 || weight_dtype != DType::kBF16) {
     fail("fused_experts on CUDA: expected bf16 hidden and weights; got hidden {}, weights {}",

@@ -2,6 +2,9 @@
 // its weights once at construction and the batch on every call).
 #pragma once
 
+#include <cstdint>
+#include <limits>
+
 #include "kernels/experts_problem.h"
 #include "moe/experts.h"
 #include "moe/tensor.h"
@@ -14,6 +17,9 @@ struct ValidatedExperts {
   Tensor w13_bias_f32;
   Tensor w2_bias_f32;
 };
+
+// (token, expert) pairs a call may hold: align and the expert kernels number them in int32.
+inline constexpr int64_t kMaxPairs = std::numeric_limits<int32_t>::max();
 
 // Host routing of num_pairs (token, slot) pairs, top_k a token: each id in [0, num_experts),
 // each weight finite; throws moe::Error naming the first bad pair.

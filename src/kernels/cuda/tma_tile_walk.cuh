@@ -64,8 +64,7 @@ struct TileWalk {
   // seen to be full, not only to serve the same local expert: an expert map may send two experts
   // to one local expert, whose blocks then follow each other with a short one between, and the
   // tile of a block of at most 64 rows leaves its upper warpgroup (and so half a tail's columns)
-  // idle.
-  // The four words are asked for together, so that the check waits on one load's latency.
+  // idle. The four words are asked for together, so that the check waits on one load's latency.
   __device__ bool is_tail(int64_t block) const {
     if (kBlockM != 128 || !a.merge_tails || block < 1 || block >= num_blocks) return false;
     const int32_t expert = a.expert_ids[block];
