@@ -88,16 +88,22 @@ ExpertMap ep_expert_map(const EpSettings& s, int64_t num_experts, int num_ranks)
   }
   std::vector<int32_t> phy2log;
   for (const nlohmann::json& slot : rows[s.placement_layer]) {
-    if (!slot.is_number_integer()) {
-      fail("--placement: '{}': phy2log entries must be expert ids; got {}", s.placement,
-           slot.dump());
+    // Checked as read, before narrowing: 2^32 would otherwise pass as expert 0.
+    if (!slot.is_number_integer() || slot.get<int64_t>() < 0 ||
+        slot.get<int64_t>() >= num_experts) {
+      fail("--placement: '{}': phy2log entries must be expert ids in [0, {}); got {} at slot {}",
+           s.placement, num_experts, slot.dump(), phy2log.size());
     }
-    phy2log.push_back(slot.get<int32_t>());
+    phy2log.push_back(static_cast<int32_t>(slot.get<int64_t>()));
   }
   return ExpertMap::from_phy2log(phy2log, num_experts, num_ranks);
 }
 
 int64_t low_latency_capacity(const EpSettings& s, int64_t tokens_per_rank) {
+  if (s.low_latency_capacity < 0) {
+    fail("--ll-capacity: expected 0 (tokens per rank) or a count of rows; got {}",
+         s.low_latency_capacity);
+  }
   return s.low_latency_capacity > 0 ? s.low_latency_capacity
                                     : std::max<int64_t>(tokens_per_rank, 1);
 }
