@@ -324,10 +324,10 @@ TEST_F(CudaFusedExperts, TailBlocksMatchTheReference) {
 TEST_F(CudaFusedExperts, TwoExpertsOnOneLocalExpertMatchTheReference) {
   if (!cuda::wgmma_available()) GTEST_SKIP() << "the tma kernels need an sm_90 GPU";
   const std::vector<int32_t> counts = {40, 20, 128, 20, 100, 1, 129, 32, 0, 34};
+  int64_t pairs = 0;
+  for (int32_t count : counts) pairs += count;
+  const auto E = static_cast<int64_t>(counts.size());
   for (const auto& [H, I, seed] : {std::tuple{264, 136, 380}, std::tuple{72, 2048, 381}}) {
-    int64_t pairs = 0;
-    for (int32_t count : counts) pairs += count;
-    const auto E = static_cast<int64_t>(counts.size());
     const ExpertsCase c = bf16_case(pairs / 2, H, I, E, 2, seed);
     SCOPED_TRACE(c.describe());
     ExpertsInputs in = testing::make_inputs(c);

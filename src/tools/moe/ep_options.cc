@@ -89,12 +89,12 @@ ExpertMap ep_expert_map(const EpSettings& s, int64_t num_experts, int num_ranks)
   std::vector<int32_t> phy2log;
   for (const nlohmann::json& slot : rows[s.placement_layer]) {
     // Checked as read, before narrowing: 2^32 would otherwise pass as expert 0.
-    if (!slot.is_number_integer() || slot.get<int64_t>() < 0 ||
-        slot.get<int64_t>() >= num_experts) {
+    const int64_t expert = slot.is_number_integer() ? slot.get<int64_t>() : -1;
+    if (expert < 0 || expert >= num_experts) {
       fail("--placement: '{}': phy2log entries must be expert ids in [0, {}); got {} at slot {}",
            s.placement, num_experts, slot.dump(), phy2log.size());
     }
-    phy2log.push_back(static_cast<int32_t>(slot.get<int64_t>()));
+    phy2log.push_back(static_cast<int32_t>(expert));
   }
   return ExpertMap::from_phy2log(phy2log, num_experts, num_ranks);
 }
